@@ -1,0 +1,77 @@
+"""Fixtures shared by every test folder: tiny datasets and the one resume helper."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+
+class IdDataset(torch.utils.data.Dataset):
+    """Sample i is the integer i: batches show exactly which samples were loaded."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        if not 0 <= index < self.n:
+            raise IndexError(index)
+        return index
+
+
+def flatten_ids(batches: list[Any]) -> list[int]:
+    """All sample ids of a sequence of collated batches, in order."""
+    out: list[int] = []
+    for batch in batches:
+        out.extend(batch.tolist() if isinstance(batch, torch.Tensor) else list(batch))
+    return out
+
+
+def check_resume(make_loader: Callable[[], Any], *, epochs: int = 2) -> None:
+    """Stop at several midpoints, save, rebuild, resume; the rest must match exactly.
+
+    The reference is an uninterrupted run of ``epochs`` epochs. For each cut
+    point (0, one batch, mid-epoch, end of epoch, inside the next epoch) a fresh
+    loader runs to the cut, saves `state_dict`, a new loader loads it and runs to
+    the end; the concatenation must equal the reference, batch for batch.
+    """
+    reference: list[list[int]] = []
+    loader = make_loader()
+    for _ in range(epochs):
+        reference.extend(b.tolist() for b in loader)
+    per_epoch = len(reference) // epochs
+    cuts = sorted({0, 1, per_epoch // 2, per_epoch, per_epoch + per_epoch // 2})
+    for cut in cuts:
+        first = make_loader()
+        got: list[list[int]] = []
+        epoch_iter = iter(first)
+        while len(got) < cut:
+            batch = next(epoch_iter, None)
+            if batch is None:  # epoch boundary: start the next one
+                epoch_iter = iter(first)
+                continue
+            got.append(batch.tolist())
+        state = first.state_dict()
+        del epoch_iter, first
+        second = make_loader()
+        second.load_state_dict(state)
+        while len(got) < len(reference):
+            before = len(got)
+            got.extend(b.tolist() for b in second)
+            assert len(got) > before, f"resume from cut {cut} made no progress: {state}"
+        assert got == reference, f"resume from cut {cut} (state {state}) diverged"
+
+
+@pytest.fixture
+def id_dataset() -> Callable[[int], IdDataset]:
+    return IdDataset
+
+
+@pytest.fixture
+def resume_checker() -> Callable[..., None]:
+    return check_resume

@@ -1,0 +1,176 @@
+"""Batched crop/flip/normalize equals the per-image loop; GPU prep's pieces run on the CPU too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import unstall
+from unstall.data.synthetic import render_image
+from unstall.errors import SampleError
+from unstall.gpu.augment import crop_flip_normalize, pad_batch, reference_crop_flip_normalize
+from unstall.gpu.decode import cpu_decoder
+from unstall.gpu.prep import ENCODED, EncodedView, GpuPrep, collate_encoded
+from unstall.pipeline import ImagePipeline, decode_jpeg
+from unstall.stores import LocalStore
+
+SHAPES = [(375, 500), (300, 200), (64, 80), (500, 375), (224, 224)]
+BOXES = [
+    (10, 20, 300, 200),  # downscale
+    (0, 0, 200, 300),  # the whole image
+    (5, 7, 30, 20),  # strong upscale, borders clamp to the crop
+    (100, 50, 275, 450),  # touches right and bottom edges
+    (0, 0, 224, 224),  # identity size
+]
+
+
+def images():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=g) for h, w in SHAPES]
+
+
+@pytest.mark.parametrize("size", [(224, 224), (96, 128)])
+def test_batched_equals_per_image_reference(size):
+    ims, boxes = images(), torch.tensor(BOXES)
+    flips = torch.tensor([False, True, True, False, True])
+    got = crop_flip_normalize(ims, boxes, flips, size)
+    want = reference_crop_flip_normalize(ims, boxes, flips, size)
+    assert got.shape == (5, 3, *size)
+    torch.testing.assert_close(got, want, atol=5e-4, rtol=0)  # 0.03 grey levels
+
+
+def test_identity_box_returns_the_pixels_and_flip_mirrors():
+    ims = images()[4:]
+    box = torch.tensor([[0, 0, 224, 224]])
+    plain = crop_flip_normalize(ims, box, torch.tensor([False]), (224, 224), mean=None, std=None)
+    flipped = crop_flip_normalize(ims, box, torch.tensor([True]), (224, 224), mean=None, std=None)
+    assert torch.equal(plain[0].round().to(torch.uint8), ims[0])
+    assert torch.equal(flipped[0].round().to(torch.uint8), ims[0].flip(-1))
+
+
+def test_layout_dtype_and_shape_errors():
+    ims = images()
+    out = crop_flip_normalize(
+        pad_batch(ims),
+        torch.tensor(BOXES),
+        torch.zeros(5, dtype=torch.bool),
+        (32, 32),
+        dtype=torch.bfloat16,
+        channels_last=True,
+    )
+    assert out.dtype == torch.bfloat16 and out.is_contiguous(memory_format=torch.channels_last)
+    with pytest.raises(ValueError, match=r"expected \(5, 4\)"):
+        crop_flip_normalize(ims, torch.tensor(BOXES[:2]), torch.zeros(5, dtype=torch.bool), (8, 8))
+
+
+@pytest.fixture(scope="module")
+def jpeg_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("jpegs")
+    for i in range(16):
+        path = root / f"c{i % 2}" / f"{i:03d}.jpg"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(render_image(11, i, classes=2))
+    return root
+
+
+def test_gpu_prep_pieces_on_cpu_through_workers_match_the_cpu_pipeline(jpeg_dir):
+    pipeline = ImagePipeline(output="uint8", seed=9)
+    dataset = unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline)
+    view = EncodedView(dataset, pipeline)
+    loader = unstall.DataLoader(view, batch_size=8, collate_fn=collate_encoded, num_workers=2)
+    prep = GpuPrep(pipeline, cpu_decoder(), key_of=dataset.key)
+    seen = []
+    for encoded, labels in loader:
+        out = prep([encoded, labels], torch.device("cpu"))
+        assert out[0].shape == (8, 3, 224, 224) and torch.equal(out[1], labels)
+        data, bounds = encoded[ENCODED], encoded["offsets"].tolist()
+        for k, index in enumerate(encoded["indices"].tolist()):
+            raw = dataset.fetch([index])[0]
+            assert data[bounds[k] : bounds[k + 1]].numpy().tobytes() == raw
+            assert labels[k] == dataset.labels[index]
+            box, flip = tuple(encoded["boxes"][k].tolist()), bool(encoded["flips"][k])
+            cpu = pipeline.normalize(pipeline.apply(raw, box, flip=flip, dct=False)[None])[0]
+            err = (out[0][k] - cpu).abs()
+            assert float(err.mean()) < 0.08  # no antialiasing on this path: small mean error
+            seen.append(index)
+    assert seen == list(range(16))
+
+
+def test_boxes_follow_the_pipelines_seeded_stream(jpeg_dir):
+    def boxes():
+        pipeline = ImagePipeline(seed=21)
+        view = EncodedView(unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline), pipeline)
+        return [
+            (s[0].box, s[0].flip) for s in (view.prepare(i, view.fetch([i])[0]) for i in range(16))
+        ]
+
+    first, second = boxes(), boxes()
+    assert first == second and len({b for b, _ in first}) > 1
+    assert {f for _, f in first} == {True, False}
+
+
+def test_undecodable_image_raises_sample_error_naming_the_key(jpeg_dir):
+    pipeline = ImagePipeline(seed=0)
+    dataset = unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline)
+    good = dataset.fetch([0])[0]
+    broken = good[:200]  # header intact, scan data missing
+    batch = collate_encoded(
+        [
+            EncodedView(dataset, pipeline).prepare(0, good),
+            EncodedView(dataset, pipeline).prepare(3, good),
+        ]
+    )
+    batch[0][ENCODED] = torch.from_numpy(np.frombuffer(good + broken, dtype=np.uint8).copy())
+    batch[0]["offsets"] = torch.tensor([0, len(good), len(good) + len(broken)])
+    with pytest.raises(ValueError):
+        decode_jpeg(broken)
+    assert dataset.key(3) == "c0/006.jpg"
+    with pytest.raises(SampleError, match=r"sample 3 \(key 'c0/006.jpg'\)") as info:
+        GpuPrep(pipeline, cpu_decoder(), key_of=dataset.key)(batch, torch.device("cpu"))
+    assert info.value.index == 3 and info.value.key == "c0/006.jpg"
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@cuda
+def test_batched_on_cuda_equals_cpu():
+    ims, boxes = images(), torch.tensor(BOXES)
+    flips = torch.tensor([True, False, True, False, True])
+    cpu = crop_flip_normalize(ims, boxes, flips, (224, 224))
+    gpu = crop_flip_normalize([im.cuda() for im in ims], boxes, flips, (224, 224))
+    torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-3, rtol=0)
+
+
+@cuda
+def test_loader_gpu_prep_matches_cpu_prep_boxes(jpeg_dir):
+    pipeline = ImagePipeline(seed=5)
+    dataset = unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline)
+    loader = unstall.DataLoader(dataset, batch_size=8, device="cuda", num_workers=2)
+    assert loader.prep == "gpu"
+    batches = list(loader)
+    assert len(batches) == 2
+    for x, y in batches:
+        assert x.is_cuda and x.shape == (8, 3, 224, 224) and x.dtype == torch.float32
+        assert y.is_cuda and set(y.tolist()) <= {0, 1}
+        assert bool(torch.isfinite(x).all())
+
+
+@cuda
+def test_loader_device_cuda_copies_and_normalizes(jpeg_dir):
+    pipeline = ImagePipeline(output="uint8", seed=5)
+    dataset = unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline)
+    from unstall.loader.device import NormalizeImages
+
+    ref = list(
+        unstall.DataLoader(dataset, batch_size=8, device="cpu", device_transform=NormalizeImages())
+    )
+    got = list(
+        unstall.DataLoader(
+            dataset, batch_size=8, device="cuda", prep="cpu", device_transform=NormalizeImages()
+        )
+    )
+    for (a, la), (b, lb) in zip(ref, got, strict=True):
+        torch.testing.assert_close(b.cpu(), a, atol=1e-5, rtol=0)
+        assert torch.equal(lb.cpu(), la)

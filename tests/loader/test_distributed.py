@@ -1,0 +1,54 @@
+"""Ranks started as torchrun would (env vars + gloo) shard each epoch without overlap."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+_RANK = """
+import json, os, torch, torch.distributed as dist, unstall
+dist.init_process_group("gloo")
+class D(torch.utils.data.Dataset):
+    def __len__(self): return 90
+    def __getitem__(self, i): return i
+loader = unstall.DataLoader(D(), batch_size=4, shuffle=True, seed=7, num_workers=1)
+loader.set_epoch(2)
+ids = [i for b in loader for i in b.tolist()]
+print(json.dumps({"rank": dist.get_rank(), "world": loader.world_size, "ids": ids}))
+dist.destroy_process_group()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ranks_from_torch_distributed_split_the_epoch():
+    world = 3
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _RANK], env=env, stdout=subprocess.PIPE, text=True
+            )
+        )
+    outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sorted(o["rank"] for o in outs) == [0, 1, 2]
+    assert all(o["world"] == world for o in outs)
+    union = [i for o in outs for i in o["ids"]]
+    assert sorted(union) == list(range(90))  # 90 = 3 x 30: no padding, no overlap

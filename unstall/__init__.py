@@ -1,0 +1,34 @@
+"""unstall: find and remove data stalls in PyTorch training."""
+
+from unstall.data import FileDataset, ImageFolder
+from unstall.errors import SampleError, StoreError
+from unstall.loader import DataLoader
+from unstall.stores import LocalStore, Store, open_store
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):  # lazy: heavier modules load on first use
+    if name == "ImagePipeline":
+        from unstall.pipeline import ImagePipeline
+
+        return ImagePipeline
+    if name == "Cache":
+        from unstall.cache import Cache
+
+        return Cache
+    raise AttributeError(f"module 'unstall' has no attribute {name!r}")
+
+
+__all__ = [
+    "Cache",
+    "DataLoader",
+    "FileDataset",
+    "ImageFolder",
+    "ImagePipeline",
+    "LocalStore",
+    "SampleError",
+    "Store",
+    "StoreError",
+    "open_store",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from unstall.cli import main
+
+sys.exit(main())

@@ -1,0 +1,192 @@
+"""What every benchmark shares: timing a loader under a simulated accelerator, results, output.
+
+A benchmark compares the baseline (torch's DataLoader) and unstall side by side
+in the same run, on the same data and pipeline, and reports the ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from unstall.bench.accelerator import SimulatedAccelerator
+
+
+@dataclass
+class Measurement:
+    """One loader run: samples, wall time and where it went [Unit: second]."""
+
+    samples: int
+    wall_s: float
+    wait_s: float
+    compute_s: float
+    batches: int
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def stall_fraction(self) -> float:
+        return self.wait_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        out = asdict(self)
+        out["samples_per_s"] = round(self.samples_per_s, 2)
+        out["stall_fraction"] = round(self.stall_fraction, 4)
+        return out
+
+
+def measure(
+    loader: Iterable[Any],
+    *,
+    rate: float | None = None,
+    max_batches: int | None = None,
+    skip_batches: int = 0,
+    on_batch: Callable[[int], None] | None = None,
+) -> Measurement:
+    """Iterate ``loader`` once, feeding a `SimulatedAccelerator` at ``rate`` samples/s.
+
+    The wall clock starts when the first batch is asked for, so worker start-up
+    counts, as it does in training. ``skip_batches`` first batches are consumed
+    before timing starts (warm-up); ``max_batches`` bounds the run; ``on_batch``
+    gets each batch's sample count (for progress bars).
+    """
+    accel = SimulatedAccelerator(rate)
+    it = iter(loader)
+    for _ in range(skip_batches):
+        if next(it, None) is None:
+            break
+    wait = 0.0
+    batches = 0
+    start = time.perf_counter()
+    while max_batches is None or batches < max_batches:
+        t0 = time.perf_counter()
+        batch = next(it, None)
+        if batch is None:
+            break
+        wait += time.perf_counter() - t0
+        before = accel.samples
+        accel.step(batch)
+        batches += 1
+        if on_batch is not None:
+            on_batch(accel.samples - before)
+    wall = time.perf_counter() - start
+    del it
+    return Measurement(
+        samples=accel.samples, wall_s=wall, wait_s=wait, compute_s=accel.busy_s, batches=batches
+    )
+
+
+def median_of(runs: list[Measurement]) -> Measurement:
+    """The run with the median throughput (a real run, not an average of runs)."""
+    ordered = sorted(runs, key=lambda m: m.samples_per_s)
+    return ordered[len(ordered) // 2]
+
+
+@dataclass
+class BenchResult:
+    """A benchmark's figures; ``ratio`` is the headline: unstall over the baseline."""
+
+    name: str
+    ratio: float
+    baseline: dict[str, Any]
+    unstall: dict[str, Any]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "benchmark": self.name,
+            "ratio": round(self.ratio, 4),
+            "baseline": self.baseline,
+            "unstall": self.unstall,
+            "rows": self.rows,
+            "notes": self.notes,
+            "machine": machine_info(),
+        }
+        out.update(self.detail)
+        return out
+
+
+def row(case: str, loader: str, m: Measurement, ratio: float | None = None, **extra: Any) -> dict:
+    """A table row for one measurement."""
+    out: dict[str, Any] = {
+        "case": case,
+        "loader": loader,
+        "samples_per_s": round(m.samples_per_s, 1),
+        "stall_pct": round(100 * m.stall_fraction, 1),
+        "ratio": None if ratio is None else round(ratio, 3),
+    }
+    out.update(extra)
+    return out
+
+
+def machine_info() -> dict[str, Any]:
+    import torch
+
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def print_result(result: BenchResult, console: Any = None) -> None:
+    """Print the rows as a table, then the headline ratio and notes."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title=f"unstall bench {result.name}")
+    columns: list[str] = []
+    for r in result.rows:
+        for k in r:
+            if k not in columns:
+                columns.append(k)
+    for c in columns:
+        table.add_column(
+            c.replace("_", " "), justify="left" if c in ("case", "loader") else "right"
+        )
+    for r in result.rows:
+        table.add_row(*(_fmt(r.get(c)) for c in columns))
+    console.print(table)
+    console.print(f"[bold]ratio (unstall / baseline): {result.ratio:.3f}x[/bold]")
+    for note in result.notes:
+        console.print(f"  {note}")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
+    if isinstance(value, list):
+        return " ".join(_fmt(v) for v in value)
+    return str(value)
+
+
+def write_json(result: BenchResult, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(result.to_json(), f, indent=2)
+        f.write("\n")
+
+
+def repeat(fn: Callable[[], Measurement], times: int) -> list[Measurement]:
+    return [fn() for _ in range(times)]
+
+
+def ratio_of(a: float, b: float) -> float:
+    return a / b if b > 0 else float("inf")
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)

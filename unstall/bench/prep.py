@@ -1,0 +1,166 @@
+"""`bench prep`: image preparation as the bottleneck, torch's float32 pipeline vs unstall lean.
+
+Both loaders read the same warm local JPEGs with the same workers and batch
+size, and nothing consumes the batches but the loop itself, so throughput is
+what the workers prepare and the main process receives. The baseline is what a
+typical torch user runs: PIL decode, RandomResizedCrop, flip, ToTensor and
+Normalize per image in float32 (`TorchReferencePipeline`), batches through
+torch's shared-memory hand-off. unstall lean: the same augmentation on uint8
+(`ImagePipeline(output="uint8")`, DCT-scaled decode), batches through zero-copy
+slots. The float conversion and normalization of a lean batch belong to the
+accelerator (`NormalizeImages` on the device: one fused pass over a batch in
+GPU memory, microseconds), so they are not run on this CPU-only machine's main
+process; the "cpu-normalize" row shows what they would cost if they were.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from unstall.bench.harness import BenchResult, Measurement, measure, row
+from unstall.bench.local import PerSample
+from unstall.data import ImageFolder
+from unstall.loader import DataLoader
+from unstall.loader.device import NormalizeImages
+from unstall.pipeline import ImagePipeline, TorchReferencePipeline
+from unstall.stores import LocalStore
+
+DESCRIPTION = "prep-bound: torch + float32 PIL pipeline vs unstall lean uint8 + zero-copy slots"
+
+
+def main_cpu_s() -> float:
+    """CPU seconds (user + system) used so far by this process's threads, not its workers."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(make: Callable[[], Any]) -> tuple[Measurement, float]:
+    """One epoch of a fresh loader: the measurement and main-process CPU s per 1,000 samples."""
+    loader = make()
+    before = main_cpu_s()
+    m = measure(loader)
+    cpu = main_cpu_s() - before
+    close = getattr(loader, "close", None)
+    if close is not None:
+        close()
+    return m, 1000 * cpu / max(m.samples, 1)
+
+
+def run(
+    *,
+    quick: bool,
+    console: Any = None,
+    repeats: int = 5,
+    images: int | None = None,
+    batch_size: int = 64,
+) -> BenchResult:
+    from unstall.data.synthetic import ensure_demo_dataset
+
+    images = images or (640 if quick else 2560)
+    workers = min(2, os.cpu_count() or 1)
+    root = os.fspath(ensure_demo_dataset(images=images, classes=10, seed=0, progress=False))
+    store = LocalStore(root)
+    torch_ds = ImageFolder(store, transform=TorchReferencePipeline())
+    lean_ds = ImageFolder(store, transform=ImagePipeline(output="uint8"))
+    for i in range(len(lean_ds)):  # warm the page cache: preparation, not storage, is measured
+        lean_ds.fetch([i])
+    loaders: dict[str, Callable[[], Any]] = {
+        "torch": lambda: torch.utils.data.DataLoader(
+            PerSample(torch_ds), batch_size=batch_size, shuffle=True, num_workers=workers
+        ),
+        "unstall": lambda: DataLoader(
+            lean_ds, batch_size=batch_size, shuffle=True, num_workers=workers
+        ),
+    }
+    extra: dict[str, Callable[[], Any]] = {
+        "unstall cpu-normalize": lambda: DataLoader(
+            lean_ds,
+            batch_size=batch_size,
+            shuffle=True,
+            num_workers=workers,
+            device="cpu",
+            device_transform=NormalizeImages(),
+        ),
+        "torch + uint8 pipeline": lambda: torch.utils.data.DataLoader(
+            PerSample(lean_ds), batch_size=batch_size, shuffle=True, num_workers=workers
+        ),
+    }
+    if torch.cuda.is_available():
+        gpu_ds = ImageFolder(store, transform=ImagePipeline())
+        extra["unstall gpu-prep"] = lambda: DataLoader(
+            gpu_ds, batch_size=batch_size, shuffle=True, num_workers=workers, device="cuda"
+        )
+    timed(loaders["torch"]), timed(loaders["unstall"])  # warm-up: imports, allocator
+    runs: dict[str, list[tuple[Measurement, float]]] = {k: [] for k in (*loaders, *extra)}
+    ratios = []
+    for i in range(repeats):
+        order = list(loaders) if i % 2 == 0 else list(reversed(loaders))  # alternate
+        for name in order:
+            runs[name].append(timed(loaders[name]))
+        ratios.append(runs["unstall"][-1][0].samples_per_s / runs["torch"][-1][0].samples_per_s)
+        if console is not None:
+            t, u = runs["torch"][-1], runs["unstall"][-1]
+            console.print(
+                f"  pair {i + 1}/{repeats}: torch {t[0].samples_per_s:,.0f}/s "
+                f"({t[1]:.2f} CPU s/1k), unstall {u[0].samples_per_s:,.0f}/s "
+                f"({u[1]:.2f} CPU s/1k), ratio {ratios[-1]:.3f}"
+            )
+    for name, make in extra.items():
+        runs[name].append(timed(make))
+    summary = {name: _summary(rs) for name, rs in runs.items()}
+    ratio = statistics.median(ratios)
+    cpu_ratio = summary["unstall"]["main_cpu_s_per_1k"] / summary["torch"]["main_cpu_s_per_1k"]
+    rows = []
+    for name, rs in runs.items():
+        m = sorted(rs, key=lambda r: r[0].samples_per_s)[len(rs) // 2][0]
+        rows.append(
+            row(
+                f"{len(rs)} run(s)",
+                name,
+                m,
+                None
+                if name == "torch"
+                else summary[name]["samples_per_s"] / summary["torch"]["samples_per_s"],
+                main_cpu_s_per_1k=summary[name]["main_cpu_s_per_1k"],
+            )
+        )
+    return BenchResult(
+        name="prep",
+        ratio=ratio,
+        baseline={
+            "loader": "torch.utils.data.DataLoader + TorchReferencePipeline (float32)",
+            **summary["torch"],
+        },
+        unstall={
+            "loader": 'unstall.DataLoader + ImagePipeline(output="uint8"), zero-copy slots',
+            **summary["unstall"],
+        },
+        rows=rows,
+        detail={
+            "ratios": [round(r, 4) for r in ratios],
+            "main_cpu_ratio": round(cpu_ratio, 4),
+            "others": {k: v for k, v in summary.items() if k not in loaders},
+            "goal": {"ratio": 1.3, "main_cpu_ratio": round(1 / 3, 4)},
+            "config": {"images": images, "batch_size": batch_size, "num_workers": workers},
+        },
+        notes=[
+            f"median of {repeats} alternating pairs; goal: ratio >= 1.3 and main-process CPU "
+            f"per sample <= 1/3 of torch's (here {cpu_ratio:.3f})",
+            "main_cpu_s_per_1k: CPU seconds of the training process (not its workers) per "
+            "1,000 samples; lean batches are normalized on the accelerator, so not here",
+        ],
+    )
+
+
+def _summary(runs: list[tuple[Measurement, float]]) -> dict[str, float]:
+    return {
+        "samples_per_s": round(statistics.median(m.samples_per_s for m, _ in runs), 1),
+        "main_cpu_s_per_1k": round(statistics.median(c for _, c in runs), 4),
+        "stall_fraction": round(statistics.median(m.stall_fraction for m, _ in runs), 4),
+    }

@@ -1,0 +1,311 @@
+"""`bench s3`: high-latency object storage, torch's one-GET-per-item vs unstall's many in flight.
+
+A real S3-compatible server (SeaweedFS on 127.0.0.1) behind a delaying proxy
+adds 0, 10, 20 and 50 ms per request. At each latency, in the same run, with
+the same workers, batch size and pipeline: torch's DataLoader over a plain
+dataset doing one synchronous GET per ``__getitem__`` (obstore's sync ``get``:
+the same Rust client as unstall, so the difference is concurrency alone, not
+client speed), then `unstall.DataLoader` over ``FileDataset("s3://...")``.
+Both fetch-only (raw bytes) and fetch + prepare (`ImagePipeline`). The ceiling
+is GETs/s through the proxy with 64 in flight (from as many processes as the
+loaders have workers) and no loader at all.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch.utils.data
+
+from unstall.bench.harness import BenchResult, Measurement, measure, median_of, row
+from unstall.testing import DelayProxy, SeaweedServer
+
+DESCRIPTION = "S3 at 0-50 ms latency: torch DataLoader one GET per item vs unstall in flight"
+LATENCIES_MS = (0, 10, 20, 50)
+BUCKET = "unstall-bench"
+BATCH, WORKERS, CEILING_INFLIGHT = 32, 2, 64
+
+
+class OneGetPerItem(torch.utils.data.Dataset):
+    """The plain baseline: ``__getitem__`` makes one blocking GET (own client per process)."""
+
+    def __init__(self, settings: Any, keys: list[str], transform: Callable | None = None):
+        self.settings, self.keys, self.transform = settings, keys, transform
+        self._client: Any = None
+        self._pid = -1
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, index: int) -> Any:
+        import obstore
+        from obstore.store import S3Store as ObStore
+
+        if self._pid != os.getpid():
+            kwargs = self.settings.obstore_kwargs(pid=os.getpid())
+            kwargs["retry_config"] = {"max_retries": 3}
+            self._client, self._pid = ObStore(self.settings.bucket, **kwargs), os.getpid()
+        raw = bytes(obstore.get(self._client, self.keys[index]).bytes())
+        return (self.transform(raw) if self.transform else raw), index % 10
+
+
+def raw_collate(batch: list[Any]) -> Any:
+    """Fetch-only batches: the bytes as a list, labels as a tensor (same for both loaders)."""
+    if isinstance(batch[0][0], bytes):
+        return [b for b, _ in batch], torch.tensor([y for _, y in batch])
+    return torch.utils.data.default_collate(batch)
+
+
+class Timed:
+    """Iterate ``loader`` for about ``seconds`` after warm-up, then stop (bounds slow baselines)."""
+
+    def __init__(self, loader: Any, seconds: float, warmup_batches: int):
+        self.loader, self.seconds, self.warmup = loader, seconds, warmup_batches
+        self.iterator: Iterator[Any] | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        # kept on self, so stopping does not shut workers down inside the timed region
+        self.iterator = iter(self.loader)
+        deadline = None
+        for n, batch in enumerate(self.iterator):
+            yield batch
+            if n + 1 == self.warmup:
+                deadline = time.perf_counter() + self.seconds
+            # stop past the deadline, on whole rounds: the workers' batches come in turns
+            elif deadline and time.perf_counter() > deadline and (n + 1) % WORKERS == 0:
+                return
+
+
+def run(*, quick: bool, console: Any = None) -> BenchResult:
+    from unstall.data.synthetic import ensure_demo_dataset
+    from unstall.stores import LocalStore
+
+    seconds, repeats = (2.0, 1) if quick else (6.0, 3)
+    root = ensure_demo_dataset(images=2048, classes=10, seed=0, progress=False)
+    local = LocalStore(root)
+    keys = sorted(k for k in local.list() if k.endswith(".jpg"))
+    say = console.print if console is not None else print
+    with SeaweedServer([BUCKET]) as server:
+        from unstall.stores.s3 import S3Store
+
+        t0 = time.perf_counter()
+        uploader = S3Store(f"s3://{BUCKET}/train", **server.store_options())
+        for i in range(0, len(keys), 256):
+            uploader.put_many([(k, local.get(k)) for k in keys[i : i + 256]])
+        uploader.close()
+        say(f"uploaded {len(keys)} objects in {time.perf_counter() - t0:.1f} s")
+        runner = _Runner(server, keys, seconds, repeats)
+        results = {str(ms): runner.at_latency(ms, say) for ms in LATENCIES_MS}
+        prep_local = runner.local_prep(root)
+    return _result(results, prep_local, quick=quick)
+
+
+class _Runner:
+    def __init__(self, server: SeaweedServer, keys: list[str], seconds: float, repeats: int):
+        self.server, self.keys, self.seconds, self.repeats = server, keys, seconds, repeats
+
+    def loaders(self, endpoint: str, prep: bool) -> dict[str, Callable[[], Any]]:
+        import unstall
+        from unstall.pipeline import ImagePipeline
+        from unstall.stores.s3 import S3Store
+
+        transform = ImagePipeline(output="uint8") if prep else None
+        opts = self.server.store_options(endpoint=endpoint)
+        url = f"s3://{BUCKET}/train"
+        common = {"batch_size": BATCH, "num_workers": WORKERS, "collate_fn": raw_collate}
+
+        def torch_loader() -> Any:
+            ds = OneGetPerItem(S3Store(url, **opts).settings, self.keys, transform)
+            return torch.utils.data.DataLoader(ds, shuffle=True, **common)
+
+        def unstall_loader() -> Any:
+            ds = unstall.FileDataset(
+                S3Store(url, **opts),
+                self.keys,
+                labels=[i % 10 for i in range(len(self.keys))],
+                transform=transform,
+            )
+            return unstall.DataLoader(ds, shuffle=True, **common)
+
+        return {"torch": torch_loader, "unstall": unstall_loader}
+
+    def measure(self, make: Callable[[], Any]) -> tuple[Measurement, dict[str, Any]]:
+        runs, stats = [], {}
+        for _ in range(self.repeats):
+            loader = make()
+            warm = 2 * WORKERS  # worker start-up, probes and prefetch are not timed
+            timed = Timed(loader, self.seconds, warm)
+            runs.append(measure(timed, skip_batches=warm))
+            timed.iterator = None  # now the workers stop, outside the timing
+            if hasattr(loader, "stats"):
+                stats = loader.stats().get("store", {})
+        return median_of(runs), stats
+
+    def at_latency(self, ms: int, say: Callable[..., Any]) -> dict[str, Any]:
+        with ProxyProcess(self.server.endpoint, ms / 1000) as endpoint:
+            ceilings = [_ceiling(self.server, endpoint, self.keys) for _ in range(self.repeats + 1)]
+            out: dict[str, Any] = {}
+            for variant, prep in (("fetch", False), ("prep", True)):
+                makers = self.loaders(endpoint, prep)
+                base, _ = self.measure(makers["torch"])
+                ours, stats = self.measure(makers["unstall"])
+                out[variant] = {
+                    "torch": base,
+                    "unstall": ours,
+                    "ratio": ours.samples_per_s / max(base.samples_per_s, 1e-9),
+                    "store": stats,
+                }
+                ceilings.append(_ceiling(self.server, endpoint, self.keys))
+                ceiling = statistics.median(ceilings)  # before, between and after the loaders
+                out["ceiling_per_s"] = round(ceiling, 1)
+                say(
+                    f"{ms:>3} ms {variant:5}: torch {base.samples_per_s:7.1f}/s, unstall "
+                    f"{ours.samples_per_s:7.1f}/s, ceiling {ceiling:7.1f}/s"
+                )
+        return out
+
+    def local_prep(self, root: Any) -> Measurement:
+        """unstall with the same prepare pipeline from local files: what prep alone allows."""
+        import unstall
+        from unstall.pipeline import ImagePipeline
+
+        ds = unstall.FileDataset(
+            root, self.keys, labels=[0] * len(self.keys), transform=ImagePipeline(output="uint8")
+        )
+        loader = unstall.DataLoader(
+            ds, batch_size=BATCH, num_workers=WORKERS, shuffle=True, collate_fn=raw_collate
+        )
+        return self.measure(lambda: loader)[0]
+
+
+def _ceiling(server: SeaweedServer, endpoint: str, keys: list[str]) -> float:
+    """GETs/s through ``endpoint`` with many in flight and no loader.
+
+    As many client processes as the loaders have workers (forked, own clients),
+    ``CEILING_INFLIGHT`` requests in flight in all, all keys once.
+    """
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    go = ctx.Event()
+    opts = server.store_options(endpoint=endpoint)
+    procs = [
+        ctx.Process(target=_ceiling_child, args=(opts, keys[w::WORKERS], go, send))
+        for w in range(WORKERS)
+    ]
+    for proc in procs:
+        proc.start()
+    send.close()
+    go.set()
+    spans = [recv.recv() for _ in procs if recv.poll(120)]
+    for proc in procs:
+        proc.join(timeout=10)
+    if len(spans) < len(procs):
+        return 0.0
+    wall = max(end for _, end, _ in spans) - min(start for start, _, _ in spans)
+    return sum(n for _, _, n in spans) / wall
+
+
+def _ceiling_child(opts: dict[str, Any], keys: list[str], go: Any, send: Any) -> None:
+    from unstall.stores.s3 import S3Store
+
+    inflight = CEILING_INFLIGHT // WORKERS
+    store = S3Store(f"s3://{BUCKET}/train", **opts, max_inflight=inflight, in_process=True)
+    store.get_many(keys[:inflight])  # connections up
+    go.wait(30)
+    t0 = time.perf_counter()
+    store.get_many(keys)
+    send.send((t0, time.perf_counter(), len(keys)))
+    store.close()
+
+
+class ProxyProcess:
+    """A `DelayProxy` in its own process, so its work never competes for the main GIL."""
+
+    def __init__(self, upstream: str, delay: float):
+        self.upstream, self.delay = upstream, delay
+
+    def __enter__(self) -> str:
+        ctx = multiprocessing.get_context("fork")
+        recv, self._send = ctx.Pipe(duplex=False)
+        self._stop = ctx.Event()
+        self._proc = ctx.Process(
+            target=_proxy_child, args=(self.upstream, self.delay, self._send, self._stop),
+            daemon=True,
+        )  # fmt: skip
+        self._proc.start()
+        if not recv.poll(15):
+            raise RuntimeError("delay proxy process did not start within 15 s")
+        return f"http://127.0.0.1:{recv.recv()}"
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._proc.join(timeout=5)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=5)
+
+
+def _proxy_child(upstream: str, delay: float, send: Any, stop: Any) -> None:
+    with DelayProxy(upstream, delay=delay, record=False) as proxy:
+        send.send(proxy.port)
+        stop.wait()
+
+
+def _result(results: dict[str, Any], prep_local: Measurement, *, quick: bool) -> BenchResult:
+    rows, latency = [], {}
+    for ms, r in results.items():
+        ceiling = r["ceiling_per_s"]
+        for variant in ("fetch", "prep"):
+            v = r[variant]
+            rows.append(row(f"{ms} ms {variant}", "torch", v["torch"], ceiling=ceiling))
+            rows.append(
+                row(f"{ms} ms {variant}", "unstall", v["unstall"], v["ratio"], ceiling=ceiling,
+                    inflight=v["store"].get("max_inflight"))
+            )  # fmt: skip
+        latency[ms] = {
+            "ratio": round(r["fetch"]["ratio"], 3),
+            "ceiling_per_s": ceiling,
+            "ceiling_fraction": round(r["fetch"]["unstall"].samples_per_s / ceiling, 3),
+            "prep_ratio": round(r["prep"]["ratio"], 3),
+            **{
+                f"{variant}_{who}_per_s": round(r[variant][who].samples_per_s, 1)
+                for variant in ("fetch", "prep")
+                for who in ("torch", "unstall")
+            },
+            "store": r["fetch"]["store"],
+        }
+    at20 = results["20"]
+    ours20 = at20["fetch"]["unstall"].samples_per_s
+    prep_fraction = at20["prep"]["unstall"].samples_per_s / max(prep_local.samples_per_s, 1e-9)
+    rows.append(row("local prep", "unstall", prep_local))
+    return BenchResult(
+        name="s3",
+        ratio=at20["fetch"]["ratio"],
+        baseline={"samples_per_s": round(at20["fetch"]["torch"].samples_per_s, 1)},
+        unstall={
+            "samples_per_s": round(ours20, 1),
+            "max_inflight": at20["fetch"]["store"].get("max_inflight"),
+            "latency_ms": at20["fetch"]["store"].get("latency_ms"),
+        },
+        rows=rows,
+        detail={
+            "latency_ms": latency,
+            "ceiling_fraction": round(ours20 / at20["ceiling_per_s"], 3),
+            "prep_local_per_s": round(prep_local.samples_per_s, 1),
+            "prep_fraction_of_local": round(prep_fraction, 3),
+            "quick": quick,
+            "setup": {"batch_size": BATCH, "num_workers": WORKERS, "objects": 2048},
+        },
+        notes=[
+            f"ceiling at 20 ms: {at20['ceiling_per_s']:.0f} GET/s ({CEILING_INFLIGHT} in "
+            f"flight from {WORKERS} processes, no loader); "
+            f"unstall reaches {ours20 / at20['ceiling_per_s']:.0%} of it",
+            f"with prepare at 20 ms: {prep_fraction:.0%} of the same pipeline from local files",
+            "baseline: torch DataLoader, one obstore sync GET per __getitem__ (same client)",
+        ],
+    )

@@ -1,0 +1,185 @@
+"""The fetch layer a loader gets from `Cache.bind`: cache first, the dataset's store for misses.
+
+It is pickled (or forked) into the loader's worker processes with the batch
+task; each process maps the segment itself on its first fetch (a forked child
+must not share its parent's file descriptor, whose ``flock`` would be shared
+too). Counters live in the process's slot in the segment, so the main process
+sums its workers' hits and misses without any message passing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, cast
+
+from unstall.cache import lifecycle
+from unstall.cache.policy import lru_get_many, lru_put_many
+from unstall.cache.shm_cache import (
+    H_CACHED_BYTES,
+    H_CACHED_ITEMS,
+    H_EVICTIONS,
+    H_RECLAIMS,
+    H_TOO_LARGE,
+    S_BYTES,
+    S_HITS,
+    S_INSERTED,
+    S_MISSES,
+    ShmCache,
+)
+
+
+class CacheLayer:
+    """Serves a batch's raw bytes from the shared segment, fetching and storing the misses.
+
+    Built by `Cache.bind`; not meant to be made directly. With ``path=None`` the
+    cache is off (no shared memory could be had) and every fetch goes to storage.
+    """
+
+    def __init__(
+        self,
+        *,
+        path: str | None,
+        name: str,
+        policy: str,
+        group: int,
+        owner: int,
+        capacity: int,
+        how: str,
+        reason: str = "",
+    ):
+        self.path, self.name, self.policy = path, name, policy
+        self.group, self.owner, self.capacity = group, owner, capacity
+        self.how, self.reason = how, reason
+        self._cache: ShmCache | None = None
+        self._slot = -1
+        self._pid = -1
+        self._closed = False
+        self._local = {"hits": 0, "misses": 0, "inserted": 0, "inserted_bytes": 0}
+        self._last: dict[str, Any] = {}
+
+    def _adopt(self, cache: ShmCache, slot: int) -> None:
+        """Use a mapping made in this process (by `Cache.bind`)."""
+        self._cache, self._slot, self._pid = cache, slot, os.getpid()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_cache=None, _slot=-1, _pid=-1)
+        return state
+
+    def _attached(self) -> ShmCache | None:
+        if self._pid == os.getpid():
+            return self._cache
+        # first use in a forked or spawned worker: map our own copy, take a slot
+        self._pid, self._cache, self._slot = os.getpid(), None, -1
+        self._local = dict.fromkeys(self._local, 0)
+        if self.path is not None and not self._closed:
+            got = lifecycle.attach(self.path, owner=self.owner, group=self.group)
+            if got is not None:
+                self._cache, self._slot = got
+        return self._cache
+
+    # Fetch layer ---------------------------------------------------------------------
+    def fetch(self, dataset: Any, indices: Sequence[int]) -> list[bytes]:
+        """Raw bytes of ``indices`` in order: cached ones from shared memory, the rest fetched."""
+        cache = self._attached()
+        indices = list(indices)
+        if cache is None:
+            self._count(0, len(indices), 0, 0)
+            return dataset.fetch(indices)
+        lru = cache.layout.policy == "lru"
+        got = lru_get_many(cache, indices) if lru else cache.get_many(indices)
+        missing = [k for k, raw in enumerate(got) if raw is None]
+        if not missing:
+            self._count(len(indices), 0, 0, 0)
+            return cast("list[bytes]", got)  # all hits: no None left
+        raws = [bytes(raw) for raw in dataset.fetch([indices[k] for k in missing])]
+        if len(raws) != len(missing):
+            raise ValueError(
+                f"{type(dataset).__name__}.fetch returned {len(raws)} items for "
+                f"{len(missing)} indices"
+            )
+        items = [(indices[k], raw) for k, raw in zip(missing, raws, strict=True)]
+        inserted, size = lru_put_many(cache, items) if lru else cache.put_many(items)
+        self._count(len(indices) - len(missing), len(missing), inserted, size)
+        fetched = iter(raws)
+        return [raw if raw is not None else next(fetched) for raw in got]
+
+    def _count(self, hits: int, misses: int, inserted: int, size: int) -> None:
+        if self._cache is not None and self._slot >= 0:
+            row = self._cache.slots[self._slot]  # this process is its slot's only writer
+            with self._cache.thread_lock:
+                row[S_HITS] += hits
+                row[S_MISSES] += misses
+                row[S_INSERTED] += inserted
+                row[S_BYTES] += size
+        else:
+            local = self._local
+            local["hits"] += hits
+            local["misses"] += misses
+            local["inserted"] += inserted
+            local["inserted_bytes"] += size
+
+    # Stats ---------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Cumulative counters of this loader (all its workers): ``{"cache": {...}}``."""
+        cache = self._cache if self._pid == os.getpid() else None
+        out: dict[str, Any] = {
+            "name": self.name,
+            "policy": self.policy,
+            "enabled": self.path is not None,
+            "opened": self.how,
+            "capacity_bytes": self.capacity,
+        }
+        if self.reason:
+            out["reason"] = self.reason
+        if cache is None:
+            counts = dict(self._local)
+            out.update(self._last)
+        else:
+            counts = lifecycle.group_counts(cache, self.group)
+            for key, value in self._local.items():
+                counts[key] += value
+            hdr = cache.hdr
+            used = cache.used_bytes()
+            self._last = {
+                "cached_bytes": int(hdr[H_CACHED_BYTES]),
+                "used_bytes": used,
+                "items_cached": int(hdr[H_CACHED_ITEMS]),
+                "items": cache.layout.n_items,
+                "fill_fraction": round(used / cache.capacity, 6) if cache.capacity else 0.0,
+                "evictions": int(hdr[H_EVICTIONS]),
+                "too_large": int(hdr[H_TOO_LARGE]),
+                "reclaims": int(hdr[H_RECLAIMS]),
+            }
+            out.update(self._last)
+        total = counts["hits"] + counts["misses"]
+        out.update(
+            hits=counts["hits"],
+            misses=counts["misses"],
+            hit_rate=counts["hits"] / total if total else 0.0,
+            inserted=counts["inserted"],
+            inserted_bytes=counts["inserted_bytes"],
+        )
+        return {"cache": out}
+
+    def check(self) -> None:
+        """Assert the segment's index is consistent (for tests); no-op when uncached."""
+        cache = self._attached()
+        if cache is not None:
+            cache.check()
+
+    # Lifecycle -----------------------------------------------------------------------
+    def close(self) -> bool:
+        """Leave the segment (the owner process only); True if this removed it. Idempotent."""
+        if self._closed or os.getpid() != self.owner or self._pid != self.owner:
+            return False
+        self.stats()  # keep the last figures for stats() after close
+        self._closed = True
+        cache, self._cache = self._cache, None
+        if cache is None:
+            return False
+        final = lifecycle.group_counts(cache, self.group)
+        for key, value in final.items():
+            self._local[key] += value
+        return lifecycle.release(cache, group=self.group)

@@ -1,0 +1,269 @@
+"""Who uses a segment: open-or-create, per-process slots, reclaiming dead jobs' segments, removal.
+
+Each process that touches a segment holds a *slot* in its header (pid, owner pid,
+group, counters). An *owner* is a process that called `Cache.bind` (pid ==
+owner); its loader's workers hold slots with that owner and the same *group*
+(one random id per bind), so the owner can sum its loader's hits and misses.
+A segment's users are its live owners. The last owner to close removes the
+file; a segment whose owners are all dead (SIGKILL, OOM) is reclaimed by the
+next process that opens it: reused if it holds the same dataset and capacity,
+else replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+import numpy as np
+
+from unstall.cache import segment
+from unstall.cache.shm_cache import (
+    CLAIMED,
+    EMPTY,
+    H_CAPACITY,
+    H_RECLAIMS,
+    S_BYTES,
+    S_GROUP,
+    S_HITS,
+    S_INSERTED,
+    S_MISSES,
+    S_OWNER,
+    S_PID,
+    S_STAMP,
+    SLOTS,
+    Layout,
+    ShmCache,
+)
+
+
+class SegmentBusyError(RuntimeError):
+    """A segment of this name is in use for another dataset or layout."""
+
+
+def open_or_create(
+    path: str, layout: Layout, fingerprint: str, dataset_bytes: int, *, group: int
+) -> tuple[ShmCache, int, str]:
+    """Map the segment at ``path`` (creating it if needed) and take an owner slot.
+
+    Returns ``(cache, slot, how)`` with ``how`` one of ``"created"``, ``"attached"``
+    (live users share it), ``"reclaimed"`` (a dead job's segment, reused with its
+    contents). Raises ``OSError`` (ENOSPC) when space cannot be reserved.
+    """
+    pid = os.getpid()
+    stamp = segment.process_stamp(pid)
+    for _attempt in range(50):
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            fd = segment.create_file(path, layout.file_size)
+            try:
+                cache = ShmCache(fd, path)
+                cache.init_header(layout, fingerprint, dataset_bytes)
+                slot = claim_slot(cache, pid=pid, owner=pid, group=group, stamp=stamp)
+            except BaseException:
+                os.close(fd)
+                segment.discard_tmp(path)
+                raise
+            if segment.publish_file(path):
+                return cache, slot, "created"
+            cache.close()
+            continue
+        try:
+            cache = ShmCache(fd, path)
+        except ValueError:  # not a segment (truncated or foreign file under our prefix)
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            continue
+        how, busy = "", []
+        with segment.locked(fd):
+            if not segment.still_linked(fd, path):
+                pass  # removed or replaced meanwhile: retry
+            elif not alive_owners(cache):
+                if _reusable(cache, layout, fingerprint):
+                    _reset_after_crash(cache)
+                    how = "reclaimed"
+                else:
+                    os.unlink(path)
+            elif not cache.matches(layout, fingerprint):
+                busy = alive_owners(cache)
+            else:
+                how = "attached"
+            if how:
+                slot = claim_slot(cache, pid=pid, owner=pid, group=group, stamp=stamp)
+                return cache, slot, how
+        cache.close()
+        if busy:
+            raise SegmentBusyError(
+                f"shared-memory segment {path!r} is in use by pids {busy} for another "
+                "dataset or policy; pass `Cache(..., name=...)` with another name"
+            )
+    raise RuntimeError(f"could not open shared-memory segment {path!r} after 50 attempts")
+
+
+def attach(path: str, *, owner: int, group: int) -> tuple[ShmCache, int] | None:
+    """Map an existing segment from a worker (after fork); None if it is gone."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        cache = ShmCache(fd, path)
+    except ValueError:
+        os.close(fd)
+        return None
+    if not cache.valid():
+        cache.close()
+        return None
+    pid = os.getpid()
+    stamp = segment.process_stamp(pid)
+    with segment.locked(fd):
+        slot = claim_slot(cache, pid=pid, owner=owner, group=group, stamp=stamp)
+    return cache, slot
+
+
+def claim_slot(cache: ShmCache, *, pid: int, owner: int, group: int, stamp: int) -> int:
+    """A slot for this process (lock held, or file unpublished); -1 if all are taken.
+
+    Preference: this pid's slot in the group; a dead worker's slot of the same group
+    (its counters carry on, so slots do not run out over many epochs); a free slot;
+    a slot of a group whose owner is dead (cleared).
+    """
+    s = cache.slots
+    pids, groups = s[:, S_PID], s[:, S_GROUP]
+    mine = np.flatnonzero((pids == pid) & (groups == group))
+    if len(mine):
+        return int(mine[0])
+    choice = -1
+    for k in np.flatnonzero((groups == group) & (pids != s[:, S_OWNER])):
+        if not segment.pid_alive(int(pids[k]), int(s[k, S_STAMP])):
+            choice = int(k)
+            break
+    if choice < 0:
+        free = np.flatnonzero(pids == 0)
+        if len(free):
+            choice = int(free[0])
+            s[choice] = 0
+    if choice < 0:
+        for k in range(SLOTS):
+            own = int(s[k, S_OWNER])
+            if not segment.pid_alive(own, _owner_stamp(cache, own)):
+                choice = k
+                s[choice] = 0
+                break
+    if choice >= 0:
+        s[choice, S_OWNER], s[choice, S_GROUP], s[choice, S_STAMP] = owner, group, stamp
+        s[choice, S_PID] = pid
+    return choice
+
+
+def _owner_stamp(cache: ShmCache, owner: int) -> int:
+    s = cache.slots
+    rows = np.flatnonzero((s[:, S_PID] == owner) & (s[:, S_OWNER] == owner))
+    return int(s[rows[0], S_STAMP]) if len(rows) else 0
+
+
+def alive_owners(cache: ShmCache) -> list[int]:
+    """Pids of the live processes that bound this segment (its users)."""
+    s = cache.slots
+    rows = np.flatnonzero((s[:, S_PID] != 0) & (s[:, S_PID] == s[:, S_OWNER]))
+    return sorted(
+        {int(s[k, S_PID]) for k in rows if segment.pid_alive(int(s[k, S_PID]), int(s[k, S_STAMP]))}
+    )
+
+
+def _reusable(cache: ShmCache, layout: Layout, fingerprint: str) -> bool:
+    return (
+        cache.matches(layout, fingerprint)
+        and layout.policy == "noevict"
+        and int(cache.hdr[H_CAPACITY]) == layout.capacity
+    )
+
+
+def _reset_after_crash(cache: ShmCache) -> None:
+    """Forget dead processes: free their slots, drop items they claimed but never published."""
+    cache.slots[:] = 0
+    claimed = cache.state == CLAIMED
+    cache.state[claimed] = EMPTY  # their bytes stay allocated (lost), never visible
+    cache.hdr[H_RECLAIMS] += 1
+
+
+def group_counts(cache: ShmCache, group: int) -> dict[str, int]:
+    """Hits, misses and inserts summed over the slots of one bind (owner and its workers)."""
+    s = cache.slots
+    rows = s[s[:, S_GROUP] == group]
+    return {
+        "hits": int(rows[:, S_HITS].sum()),
+        "misses": int(rows[:, S_MISSES].sum()),
+        "inserted": int(rows[:, S_INSERTED].sum()),
+        "inserted_bytes": int(rows[:, S_BYTES].sum()),
+    }
+
+
+def release(cache: ShmCache, *, group: int) -> bool:
+    """An owner leaves: free its group's slots; remove the file if no live owner remains."""
+    removed = False
+    with cache.locked():
+        cache.slots[cache.slots[:, S_GROUP] == group] = 0
+        if segment.still_linked(cache.fd, cache.path) and not alive_owners(cache):
+            os.unlink(cache.path)
+            removed = True
+    cache.close()
+    return removed
+
+
+def describe(path: str) -> dict[str, Any] | None:
+    """What `unstall cache list` shows for one segment; None if it is not a valid one."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except (FileNotFoundError, PermissionError):
+        return None
+    try:
+        cache = ShmCache(fd, path)
+    except ValueError:
+        os.close(fd)
+        return None
+    try:
+        if not cache.valid():
+            return None
+        from unstall.cache.shm_cache import H_CACHED_ITEMS, H_FP0, H_FP1
+
+        fp = np.array([cache.hdr[H_FP0], cache.hdr[H_FP1]], dtype=np.int64).tobytes().hex()
+        return {
+            "name": os.path.basename(path),
+            "fingerprint": fp,
+            "policy": cache.layout.policy,
+            "capacity_bytes": cache.layout.capacity,
+            "used_bytes": cache.used_bytes(),
+            "items_cached": int(cache.hdr[H_CACHED_ITEMS]),
+            "items": cache.layout.n_items,
+            "file_bytes": os.fstat(fd).st_size,
+            "users_alive": alive_owners(cache),
+        }
+    finally:
+        cache.close()
+
+
+def remove(path: str, *, force: bool = False) -> bool:
+    """Unlink a segment if no live process uses it (or anyway with ``force``)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        cache = ShmCache(fd, path)
+    except ValueError:
+        os.close(fd)
+        os.unlink(path)
+        return True
+    try:
+        with segment.locked(fd):
+            if cache.valid() and alive_owners(cache) and not force:
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return True
+    finally:
+        cache.close()

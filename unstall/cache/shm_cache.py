@@ -1,0 +1,271 @@
+"""The segment layout (header, process slots, per-item index, data area) and no-eviction get/put.
+
+One file, mapped by every process that uses it::
+
+    header   64 int64 words: magic, version, items, capacity, policy, bump pointer,
+             items/bytes cached, LRU clock and free list, ...
+    slots    SLOTS x 8 int64: pid, owner pid, group, hits, misses, inserted, bytes, stamp
+    index    offset int64[N], length int64[N], state uint8[N], (LRU) last_use int64[N]
+    pages    (LRU) next_page int32[P]
+    data     capacity bytes
+
+An item is published in three steps: under the lock, claim it (state EMPTY ->
+CLAIMED, bump the allocator, record offset and length); without the lock, copy its
+bytes into the data area; under the lock again, set state READY. Readers of the
+no-eviction cache take no lock: they load ``state`` first and use offset, length
+and data only if it reads READY. That is safe where stores become visible in
+program order and loads are not reordered with older loads (x86-64 TSO); the
+writer side orders itself on any CPU because the publish runs inside ``flock``
+(a system call). Readers on weakly ordered CPUs (ARM) would need an acquire
+barrier after the state load, which Python cannot express: we assume x86-64.
+A second filler of the same item sees CLAIMED or READY and does not store it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from unstall.cache import segment
+
+MAGIC = 0x554E5354414C4C31  # "UNSTALL1"
+VERSION = 1
+POLICIES = {"noevict": 0, "lru": 1}
+SLOTS = 128
+EMPTY, CLAIMED, READY = 0, 1, 2
+
+# header words
+(H_MAGIC, H_VERSION, H_ITEMS, H_CAPACITY, H_POLICY, H_BUMP) = range(6)
+(H_CACHED_ITEMS, H_CACHED_BYTES, H_CLOCK, H_FREE_HEAD, H_PAGE, H_PAGES) = range(6, 12)
+(H_EVICTIONS, H_CREATED, H_DATASET_BYTES, H_FREE_PAGES, H_FP0, H_FP1) = range(12, 18)
+(H_TOO_LARGE, H_RECLAIMS) = range(18, 20)
+HEADER_WORDS = 64
+# slot words
+S_PID, S_OWNER, S_GROUP, S_HITS, S_MISSES, S_INSERTED, S_BYTES, S_STAMP = range(8)
+SLOT_WORDS = 8
+
+
+def _align(n: int, to: int = 64) -> int:
+    return (n + to - 1) // to * to
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizes that fix where everything lies in a segment; computed once, stored in the header."""
+
+    n_items: int
+    capacity: int
+    policy: str = "noevict"
+    page_size: int = 0
+
+    @property
+    def n_pages(self) -> int:
+        return self.capacity // self.page_size if self.policy == "lru" else 0
+
+    @property
+    def data_bytes(self) -> int:
+        return self.n_pages * self.page_size if self.policy == "lru" else self.capacity
+
+    def offsets(self) -> dict[str, int]:
+        """Byte offset of each part, and ``"end"``: the file size."""
+        n, out = self.n_items, {}
+        pos = HEADER_WORDS * 8
+        for part, size in (
+            ("slots", SLOTS * SLOT_WORDS * 8),
+            ("offset", 8 * n),
+            ("length", 8 * n),
+            ("state", n),
+            ("last_use", 8 * n if self.policy == "lru" else 0),
+            ("next_page", 4 * self.n_pages),
+            ("data", self.data_bytes),
+        ):
+            out[part] = pos
+            pos = _align(pos + size, 4096 if part == "next_page" else 64)
+        out["end"] = max(pos, 4096)
+        return out
+
+    @property
+    def file_size(self) -> int:
+        return self.offsets()["end"]
+
+    def overhead(self) -> int:
+        """Bytes of the file that are not data."""
+        return self.file_size - self.data_bytes
+
+
+def fingerprint_words(fingerprint: str) -> tuple[int, int]:
+    """Two int64 words identifying the dataset (from its hex fingerprint, else a hash of it)."""
+    try:
+        raw = bytes.fromhex(fingerprint)[:16]
+    except ValueError:
+        raw = b""
+    if len(raw) < 16:
+        import hashlib
+
+        raw = hashlib.blake2b(fingerprint.encode(), digest_size=16).digest()
+    a, b = np.frombuffer(raw, dtype=np.int64)
+    return int(a), int(b)
+
+
+class ShmCache:
+    """One process's mapping of a segment: numpy views on the header, slots, index and data."""
+
+    def __init__(self, fd: int, path: str):
+        self.fd = fd
+        self.path = path
+        #: Orders this process's threads (``flock`` only excludes other processes).
+        self.thread_lock = threading.Lock()
+        size = os.fstat(fd).st_size
+        if size < 4096:
+            raise ValueError(f"{path!r} is not an unstall cache segment ({size} bytes)")
+        self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.hdr = np.ndarray((HEADER_WORDS,), np.int64, self.mm, 0)
+        if int(self.hdr[H_MAGIC]) == 0:  # fresh file: the creator sets the header next
+            return
+        self._map_views()
+
+    def _map_views(self) -> None:
+        self.layout = Layout(
+            n_items=int(self.hdr[H_ITEMS]),
+            capacity=int(self.hdr[H_CAPACITY]),
+            policy="lru" if int(self.hdr[H_POLICY]) == POLICIES["lru"] else "noevict",
+            page_size=int(self.hdr[H_PAGE]),
+        )
+        off, n, mm = self.layout.offsets(), self.layout.n_items, self.mm
+        self.slots = np.ndarray((SLOTS, SLOT_WORDS), np.int64, mm, off["slots"])
+        self.offset = np.ndarray((n,), np.int64, mm, off["offset"])
+        self.length = np.ndarray((n,), np.int64, mm, off["length"])
+        self.state = np.ndarray((n,), np.uint8, mm, off["state"])
+        lru = self.layout.policy == "lru"
+        self.last_use = np.ndarray((n if lru else 0,), np.int64, mm, off["last_use"])
+        self.next_page = np.ndarray((self.layout.n_pages,), np.int32, mm, off["next_page"])
+        self.data_off = off["data"]
+        self.capacity = self.layout.capacity
+
+    def init_header(self, layout: Layout, fingerprint: str, dataset_bytes: int) -> None:
+        """Write a fresh segment's header (the creator only, before it is published)."""
+        import time
+
+        hdr = self.hdr
+        hdr[H_VERSION], hdr[H_ITEMS], hdr[H_CAPACITY] = VERSION, layout.n_items, layout.capacity
+        hdr[H_POLICY], hdr[H_PAGE] = POLICIES[layout.policy], layout.page_size
+        hdr[H_PAGES], hdr[H_FREE_PAGES] = layout.n_pages, layout.n_pages
+        hdr[H_CREATED], hdr[H_DATASET_BYTES] = int(time.time()), dataset_bytes
+        hdr[H_FP0], hdr[H_FP1] = fingerprint_words(fingerprint)
+        hdr[H_MAGIC] = MAGIC
+        self._map_views()
+        if layout.policy == "lru":
+            self.next_page[:] = np.arange(1, layout.n_pages + 1, dtype=np.int32)
+            if layout.n_pages:
+                self.next_page[-1] = -1
+            hdr[H_FREE_HEAD] = 0 if layout.n_pages else -1
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the segment lock against other processes and other threads of this one."""
+        with self.thread_lock, segment.locked(self.fd):
+            yield
+
+    def valid(self) -> bool:
+        return int(self.hdr[H_MAGIC]) == MAGIC and int(self.hdr[H_VERSION]) == VERSION
+
+    def matches(self, layout: Layout, fingerprint: str) -> bool:
+        """Same dataset and items; capacity may differ (the existing segment's wins)."""
+        return (
+            self.valid()
+            and self.layout.n_items == layout.n_items
+            and self.layout.policy == layout.policy
+            and (int(self.hdr[H_FP0]), int(self.hdr[H_FP1])) == fingerprint_words(fingerprint)
+        )
+
+    def close(self) -> None:
+        for view in ("hdr", "slots", "offset", "length", "state", "last_use", "next_page"):
+            self.__dict__.pop(view, None)
+        with contextlib.suppress(BufferError):  # a view is still held: unmapped at exit
+            self.mm.close()
+        os.close(self.fd)
+
+    # No-eviction get/put -------------------------------------------------------------
+    def get_many(self, indices: list[int]) -> list[bytes | None]:
+        """Bytes of each READY item, None for the rest; no lock (see the module notes)."""
+        states = self.state[indices].tolist()
+        out: list[bytes | None] = [None] * len(indices)
+        base, mm, offset, length = self.data_off, self.mm, self.offset, self.length
+        for k, st in enumerate(states):
+            if st == READY:
+                i = indices[k]
+                start = base + int(offset[i])
+                out[k] = mm[start : start + int(length[i])]
+        return out
+
+    def put_many(self, items: list[tuple[int, bytes]]) -> tuple[int, int]:
+        """Store items not yet cached while space lasts; never evicts. Returns (items, bytes)."""
+        hdr, cap = self.hdr, self.capacity
+        fits = [(i, raw) for i, raw in items if int(hdr[H_BUMP]) + len(raw) <= cap]
+        if not fits:  # full (the bump pointer only grows): no lock needed
+            return 0, 0
+        claims = []
+        with self.locked():
+            for i, raw in fits:
+                bump = int(hdr[H_BUMP])
+                if self.state[i] != EMPTY:
+                    continue
+                if bump + len(raw) > cap:  # full for this item; never evict
+                    continue
+                self.offset[i], self.length[i] = bump, len(raw)
+                hdr[H_BUMP] = bump + len(raw)
+                self.state[i] = CLAIMED
+                claims.append((i, bump, raw))
+        if not claims:
+            return 0, 0
+        base = self.data_off
+        for _i, start, raw in claims:
+            self.mm[base + start : base + start + len(raw)] = raw
+        published = size = 0
+        with self.locked():
+            for i, start, raw in claims:
+                # still our claim? (not if a reclaim reset it after our owner died)
+                if self.state[i] == CLAIMED and int(self.offset[i]) == start:
+                    self.state[i] = READY
+                    published, size = published + 1, size + len(raw)
+            hdr[H_CACHED_ITEMS] += published
+            hdr[H_CACHED_BYTES] += size
+        return published, size
+
+    def check(self) -> None:
+        """Assert the index is consistent (tests call this): items inside the data, no overlap.
+
+        Raises:
+            AssertionError: naming the first inconsistency found.
+        """
+        if self.layout.policy == "lru":
+            from unstall.cache.policy import lru_check
+
+            lru_check(self)
+            return
+        ready = np.flatnonzero(self.state == READY)
+        held = np.flatnonzero(self.state != EMPTY)
+        starts, ends = self.offset[held], self.offset[held] + self.length[held]
+        order = np.argsort(starts, kind="stable")
+        bump = int(self.hdr[H_BUMP])
+        if len(held) and (starts.min() < 0 or ends.max() > bump or bump > self.capacity):
+            raise AssertionError(f"item outside the data area [0, {bump}) of {self.path}")
+        if len(held) > 1 and (starts[order][1:] < ends[order][:-1]).any():
+            raise AssertionError(f"two items overlap in {self.path}")
+        cached = int(self.length[ready].sum())
+        if (len(ready), cached) != (int(self.hdr[H_CACHED_ITEMS]), int(self.hdr[H_CACHED_BYTES])):
+            raise AssertionError(
+                f"header says {int(self.hdr[H_CACHED_ITEMS])} items / "
+                f"{int(self.hdr[H_CACHED_BYTES])} bytes, index has {len(ready)} / {cached}"
+            )
+
+    def used_bytes(self) -> int:
+        if self.layout.policy == "lru":
+            return (int(self.hdr[H_PAGES]) - int(self.hdr[H_FREE_PAGES])) * self.layout.page_size
+        return int(self.hdr[H_BUMP])

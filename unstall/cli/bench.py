@@ -1,0 +1,35 @@
+"""`unstall bench NAME`: run a named benchmark against torch's DataLoader, same run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from unstall.bench import BENCHMARKS
+
+    p = sub.add_parser(
+        "bench",
+        help="compare unstall with torch's DataLoader on a named benchmark",
+        description="Run a benchmark: torch's DataLoader and unstall side by side in the same "
+        "run, same data and pipeline; prints a table and the ratio unstall/baseline.",
+    )
+    p.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
+    p.add_argument("--quick", action="store_true", help="a smaller run (about a minute)")
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from unstall.bench import load, print_result, write_json
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    result = load(args.name).run(quick=args.quick, console=console)
+    print_result(result, console)
+    if args.json:
+        write_json(result, args.json)
+        console.print(f"wrote {args.json}")
+    return 0

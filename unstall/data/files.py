@@ -1,0 +1,140 @@
+"""Datasets over a `Store`: fetch (bytes from storage) kept apart from prepare (decode, augment)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from unstall.data.keys import KeyTable
+from unstall.errors import EmptyDatasetError, SampleError
+from unstall.stores import Store, open_store
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+
+
+class FileDataset(torch.utils.data.Dataset):
+    """Samples stored as one object (file) per key, with an optional label each.
+
+    Loading a sample is two steps that unstall times, caches and schedules apart:
+    ``fetch(indices)`` returns raw bytes from the store (many keys at once, so
+    object stores keep requests in flight), ``prepare(index, raw)`` decodes and
+    augments. ``__getitem__``/``__getitems__`` do both, so the dataset also works
+    with `torch.utils.data.DataLoader`.
+
+    Args:
+        source: a path, a URL (``s3://bucket/prefix``) or a `Store`.
+        keys: the keys of the samples, in dataset order.
+        labels: one integer label per key, or None.
+        transform: turns raw bytes into a sample (e.g. `unstall.ImagePipeline`);
+            None yields the raw bytes.
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Store,
+        keys: Sequence[str],
+        *,
+        labels: Sequence[int] | np.ndarray | None = None,
+        transform: Callable[[bytes], Any] | None = None,
+    ):
+        self.store = open_store(source)
+        self.keys = keys if isinstance(keys, KeyTable) else KeyTable(keys)
+        if len(self.keys) == 0:
+            raise EmptyDatasetError(f"dataset over {self.store.url!r} has no keys")
+        if labels is not None:
+            labels = np.asarray(labels, dtype=np.int64)
+            if labels.shape != (len(self.keys),):
+                raise ValueError(
+                    f"labels has shape {labels.shape}, expected ({len(self.keys)},): "
+                    "one label per key"
+                )
+        self.labels = labels
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def key(self, index: int) -> str:
+        """The store key of sample ``index``."""
+        return self.keys[index]
+
+    def fingerprint(self) -> str:
+        """Identifies the data (store location + keys), not the transform: names shared caches."""
+        digest = hashlib.blake2b(self.store.url.encode(), digest_size=16)
+        digest.update(self.keys.fingerprint().encode())
+        return digest.hexdigest()
+
+    def fetch(self, indices: Sequence[int]) -> list[bytes]:
+        """Raw bytes of each sample, from storage, in order."""
+        return self.store.get_many([self.keys[i] for i in indices])
+
+    def prepare(self, index: int, raw: bytes) -> Any:
+        """Turn one sample's raw bytes into what training sees: ``(x, label)`` or ``x``."""
+        try:
+            x = self.transform(raw) if self.transform is not None else raw
+        except Exception as exc:
+            raise SampleError(
+                f"cannot prepare sample {index} (key {self.keys[index]!r}): "
+                f"{type(exc).__name__}: {exc}",
+                index=index,
+                key=self.keys[index],
+            ) from exc
+        if self.labels is None:
+            return x
+        return x, int(self.labels[index])
+
+    def __getitem__(self, index: int) -> Any:
+        return self.prepare(index, self.fetch([index])[0])
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        raws = self.fetch(indices)
+        return [self.prepare(i, raw) for i, raw in zip(indices, raws, strict=True)]
+
+
+class ImageFolder(FileDataset):
+    """Images in class sub-folders (``root/<class>/<file>.jpg``), like torchvision's.
+
+    Labels are class indices in sorted class-name order. The default transform is
+    the standard training pipeline (`unstall.ImagePipeline`: decode,
+    RandomResizedCrop(224), flip, normalize).
+
+    Args:
+        source: a path, URL or `Store` holding the class folders.
+        transform: bytes -> sample; default `ImagePipeline()`; pass ``None`` explicitly
+            via ``raw=True`` to get bytes.
+        raw: yield raw bytes instead of decoded images.
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Store,
+        *,
+        transform: Callable[[bytes], Any] | None = None,
+        raw: bool = False,
+    ):
+        store = open_store(source)
+        keys = [k for k in _list_keys(store) if k.lower().endswith(IMAGE_EXTENSIONS)]
+        keys = [k for k in keys if "/" in k]
+        if not keys:
+            raise EmptyDatasetError(
+                f"no images found in {store.url!r}: expected <class>/<image> files with "
+                f"extensions {', '.join(IMAGE_EXTENSIONS)}"
+            )
+        self.classes = sorted({k.split("/", 1)[0] for k in keys})
+        class_index = {name: i for i, name in enumerate(self.classes)}
+        labels = np.fromiter((class_index[k.split("/", 1)[0]] for k in keys), dtype=np.int64)
+        if transform is None and not raw:
+            from unstall.pipeline import ImagePipeline
+
+            transform = ImagePipeline()
+        super().__init__(store, keys, labels=labels, transform=None if raw else transform)
+
+
+def _list_keys(store: Store) -> list[str]:
+    lister = getattr(store, "list_cached", None)
+    return lister() if lister is not None else store.list()

@@ -1,0 +1,170 @@
+"""The loader's device path: which preparation runs where, and the one-ahead device loop.
+
+`plan_prep` decides ``prep`` (CPU workers or batched on the GPU) once, at
+construction; `iterate_on_device` is the iteration used when the loader has a
+``device``: host batches come from torch's workers (slots when zero-copy), go
+to a `DeviceStage` one batch ahead, and are handed out ready on the device.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.utils.data
+
+from unstall.loader.device import DeviceStage
+from unstall.loader.handoff import unpack
+from unstall.loader.slot_handoff import SlotHandoff
+from unstall.loader.stats import LoaderStats, batch_size_of
+
+log = logging.getLogger("unstall")
+
+PREPS = ("cpu", "gpu")
+
+
+def standard_pipeline(dataset: Any) -> Any:
+    """The dataset's `ImagePipeline` if it uses the standard one (so GPU prep can replace it)."""
+    from unstall.pipeline import ImagePipeline
+
+    transform = getattr(dataset, "transform", None)
+    if type(transform) is ImagePipeline and callable(getattr(dataset, "fetch", None)):
+        return transform
+    return None
+
+
+def default_device_transform(dataset: Any, prep: str) -> Any:
+    """`NormalizeImages` with the pipeline's mean/std for ``ImagePipeline(output="uint8")`` data."""
+    pipeline = standard_pipeline(dataset)
+    if prep != "cpu" or pipeline is None or pipeline.output != "uint8":
+        return None
+    from unstall.loader.device import NormalizeImages
+
+    return NormalizeImages(pipeline.mean, pipeline.std)
+
+
+def declared_batch_bytes(dataset: Any, batch_size: int | None, prep: str) -> int | None:
+    """Bytes of a batch's images when the standard pipeline declares them (sizes slots up front)."""
+    pipeline = standard_pipeline(dataset)
+    if pipeline is None or prep != "cpu" or batch_size is None:
+        return None
+    height, width = pipeline.size
+    return batch_size * 3 * height * width * (1 if pipeline.output == "uint8" else 4)
+
+
+def plan_prep(
+    prep: str | None,
+    dataset: Any,
+    device: torch.device | None,
+    collate_fn: Callable[[list[Any]], Any],
+) -> tuple[str, Any, Callable[[list[Any]], Any], Any]:
+    """``(prep, dataset for the workers, collate_fn, GPU prep or None)``.
+
+    GPU prep needs CUDA and a GPU decoder; without either it logs one line and
+    prepares on the CPU workers, as if ``prep="cpu"``.
+    """
+    if prep not in (None, *PREPS):
+        raise ValueError(f"prep={prep!r} must be one of {PREPS} or None (choose by device)")
+    pipeline = standard_pipeline(dataset)
+    on_gpu = device is not None and device.type == "cuda"
+    if prep is None:
+        prep = "gpu" if on_gpu and pipeline is not None else "cpu"
+    if prep == "cpu":
+        return "cpu", dataset, collate_fn, None
+    if pipeline is None:
+        raise ValueError(
+            f"prep='gpu' replaces the standard unstall.ImagePipeline, but dataset "
+            f"{type(dataset).__name__} has transform={getattr(dataset, 'transform', None)!r}; "
+            "use an ImageFolder/FileDataset with ImagePipeline, or prep='cpu'"
+        )
+    if collate_fn is not torch.utils.data.default_collate:
+        raise ValueError(
+            f"prep='gpu' collates encoded images itself, so collate_fn={collate_fn!r} "
+            "cannot be used with it; drop collate_fn or use prep='cpu'"
+        )
+    if not torch.cuda.is_available():
+        log.warning("prep='gpu' needs CUDA, which is not available: preparing on the CPU workers")
+        return "cpu", dataset, collate_fn, None
+    if not on_gpu:
+        raise ValueError(f"prep='gpu' needs a GPU device; got device={device}: pass device='cuda'")
+    from unstall.gpu.decode import pick_decoder
+    from unstall.gpu.prep import EncodedView, GpuPrep, collate_encoded
+
+    decoder = pick_decoder()
+    if decoder is None:
+        log.warning(
+            "prep='gpu' found no GPU JPEG decoder (pip install 'unstall[gpu]' for "
+            "nvImageCodec, or torchvision): preparing on the CPU workers"
+        )
+        return "cpu", dataset, collate_fn, None
+    log.info("prep='gpu': decoding with %s on %s", decoder.name, device)
+    prep_fn = GpuPrep(pipeline, decoder, key_of=dataset.key)
+    return "gpu", EncodedView(dataset, pipeline), collate_encoded, prep_fn
+
+
+def iterate_on_device(
+    torch_iter: Iterator[Any],
+    position: list[int],
+    stats: LoaderStats,
+    stage: DeviceStage,
+    *,
+    handoff: SlotHandoff | None,
+    unpack_inline: bool,
+    main_cpu: list[Any],
+    on_epoch_end: Callable[[], None],
+) -> Iterator[Any]:
+    """Yield device batches, keeping one submitted ahead of the one handed out.
+
+    Slots are freed at each request once nothing (the stage included) references
+    their host batches.
+    """
+    if handoff is not None and handoff.size == 0:
+        handoff = None  # batches too small for slots: inline unpacking only
+    pending: Any = None
+    t0, c0 = time.perf_counter(), time.thread_time()
+    try:
+        while True:
+            handle = None
+            try:
+                batch, (fetch_s, prep_s) = next(torch_iter)
+            except StopIteration:
+                batch = None
+            if handoff is not None:
+                handoff.reclaim()
+            if batch is not None:
+                if handoff is not None:
+                    batch = handoff.receive(batch)
+                elif unpack_inline:
+                    batch = unpack(batch)
+                handle = stage.submit(batch)
+                batch = None
+                stats.fetch.add(fetch_s)
+                stats.prep.add(prep_s)
+            if pending is None and handle is not None:  # first batch: fetch one more first
+                pending = handle
+                continue
+            if pending is None:
+                break
+            out = stage.finish(pending)
+            pending = handle
+            stats.wait.add(time.perf_counter() - t0)
+            stats.samples += batch_size_of(out)
+            position[1] += 1
+            main_cpu[0] += time.thread_time() - c0
+            main_cpu[1] += 1
+            yield out
+            t0, c0 = time.perf_counter(), time.thread_time()
+            if pending is None:
+                break
+        stats.epochs_completed += 1
+        on_epoch_end()
+    except BaseException as exc:
+        if handoff is not None and not isinstance(exc, GeneratorExit):
+            handoff.retire()
+        raise
+    finally:
+        stage.close()
+        stats.end()

@@ -1,0 +1,131 @@
+"""Sample order as a pure function of (seed, epoch, rank, world size).
+
+Because the order of every epoch is known in advance, caches, prefetchers and
+coordinating jobs can look ahead, and resume is "recompute, then skip".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch.utils.data
+
+
+def epoch_permutation(n: int, *, seed: int, epoch: int) -> np.ndarray:
+    """A permutation of ``range(n)`` that depends only on (seed, epoch)."""
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch])))
+    return rng.permutation(n)
+
+
+def shard(order: np.ndarray, *, rank: int, world_size: int) -> np.ndarray:
+    """Rank ``rank``'s part of an epoch's order, like `DistributedSampler`.
+
+    Ranks take every ``world_size``-th index starting at ``rank``. When the
+    length does not divide, the order is padded with its own first indices so
+    that every rank sees the same number of samples (DDP needs equal step
+    counts); without padding the shards never overlap.
+    """
+    if world_size == 1:
+        return order
+    per_rank = math.ceil(len(order) / world_size)
+    total = per_rank * world_size
+    if total > len(order):
+        order = np.concatenate([order, np.resize(order, total - len(order))])
+    return order[rank:total:world_size]
+
+
+@dataclass(frozen=True)
+class OrderSpec:
+    """Everything the order of an epoch depends on (JSON-safe, part of `state_dict`)."""
+
+    num_samples: int
+    batch_size: int
+    shuffle: bool
+    drop_last: bool
+    seed: int
+    rank: int = 0
+    world_size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size={self.batch_size} must be >= 1")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank={self.rank} must be in [0, world_size={self.world_size})")
+
+    def indices(self, epoch: int) -> np.ndarray:
+        """This rank's sample indices for ``epoch``, in the order they are loaded."""
+        if self.shuffle:
+            order = epoch_permutation(self.num_samples, seed=self.seed, epoch=epoch)
+        else:
+            order = np.arange(self.num_samples, dtype=np.int64)
+        return shard(order, rank=self.rank, world_size=self.world_size)
+
+    def num_batches(self) -> int:
+        """Batches per epoch on this rank."""
+        per_rank = (
+            math.ceil(self.num_samples / self.world_size)
+            if self.world_size > 1
+            else self.num_samples
+        )
+        if self.drop_last:
+            return per_rank // self.batch_size
+        return math.ceil(per_rank / self.batch_size)
+
+    def batches(self, epoch: int, start: int = 0) -> Iterator[list[int]]:
+        """The batches of ``epoch`` from batch number ``start`` on, as index lists."""
+        order = self.indices(epoch)
+        bs = self.batch_size
+        for b in range(start, self.num_batches()):
+            yield order[b * bs : (b + 1) * bs].tolist()
+
+
+class PlanSampler(torch.utils.data.Sampler):
+    """Yields index lists for the epoch and start batch set by `configure`.
+
+    Handed to `torch.utils.data.DataLoader` as its sampler (with
+    ``batch_size=None``), so each worker task is one whole batch.
+    """
+
+    def __init__(self, spec: OrderSpec):
+        self.spec = spec
+        self.epoch = 0
+        self.start = 0
+
+    def configure(self, epoch: int, start: int) -> None:
+        self.epoch, self.start = epoch, start
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return self.spec.batches(self.epoch, self.start)
+
+    def __len__(self) -> int:
+        return self.spec.num_batches() - self.start
+
+
+class UserBatchSampler(torch.utils.data.Sampler):
+    """Batches from a user's sampler or batch sampler, skipping ``start`` batches on resume.
+
+    Resume is exact only if the user's sampler yields the same order when
+    iterated again (seeded); ``set_epoch`` is forwarded when it has one.
+    """
+
+    def __init__(self, batch_sampler: torch.utils.data.Sampler):
+        self.batch_sampler = batch_sampler
+        self.epoch = 0
+        self.start = 0
+
+    def configure(self, epoch: int, start: int) -> None:
+        self.epoch, self.start = epoch, start
+        for target in (self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
+            if hasattr(target, "set_epoch"):
+                target.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for b, batch in enumerate(self.batch_sampler):
+            if b >= self.start:
+                yield list(batch)
+
+    def __len__(self) -> int:
+        return max(len(self.batch_sampler) - self.start, 0)  # type: ignore[arg-type]

@@ -1,0 +1,161 @@
+"""Per-batch timings of the loader, kept as data: `loader.stats()` reads them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+#: Per-batch records kept for percentiles; totals cover every batch.
+_WINDOW = 65536
+
+
+class Series:
+    """Running total plus a bounded window of recent values (seconds)."""
+
+    def __init__(self, window: int = _WINDOW):
+        self._values = np.zeros(window, dtype=np.float64)
+        self.count = 0
+        self.total = 0.0
+
+    def add(self, value: float) -> None:
+        self._values[self.count % len(self._values)] = value
+        self.count += 1
+        self.total += value
+
+    def summary(self) -> dict[str, float]:
+        """count, total [s], mean/p50/p90/p99/max [ms]."""
+        kept = self._values[: min(self.count, len(self._values))]
+        if not len(kept):
+            return {"count": 0, "total_s": 0.0}
+        p50, p90, p99 = np.percentile(kept, [50, 90, 99]) * 1e3
+        return {
+            "count": self.count,
+            "total_s": round(self.total, 6),
+            "mean_ms": round(self.total / self.count * 1e3, 4),
+            "p50_ms": round(float(p50), 4),
+            "p90_ms": round(float(p90), 4),
+            "p99_ms": round(float(p99), 4),
+            "max_ms": round(float(kept.max()) * 1e3, 4),
+        }
+
+
+@dataclass
+class LoaderStats:
+    """Where the loader's time went, since construction or `reset`.
+
+    ``wait``: seconds the training loop waited inside ``__next__`` per batch (the
+    data stall). ``fetch``/``prep``: seconds a worker spent getting raw bytes /
+    decoding, augmenting and collating per batch (fetch is 0 when the dataset
+    does not separate the two). ``wall_s``: seconds between the first request of
+    an iteration and the last batch handed out, summed over iterations.
+    """
+
+    wait: Series = field(default_factory=Series)
+    fetch: Series = field(default_factory=Series)
+    prep: Series = field(default_factory=Series)
+    samples: int = 0
+    epochs_completed: int = 0
+    wall_s: float = 0.0
+    per_epoch: list[dict[str, Any]] = field(default_factory=list)
+    _started: float | None = None
+    _epoch_mark: dict[str, Any] = field(default_factory=dict)
+
+    def begin(self) -> None:
+        self._started = time.perf_counter()
+
+    def end(self) -> None:
+        if self._started is not None:
+            self.wall_s += time.perf_counter() - self._started
+            self._started = None
+
+    def close_epoch(self, epoch: int, sources: dict[str, Any]) -> None:
+        """Record what this epoch added: samples, waits, wall time and each source's counters."""
+        now = {
+            "samples": self.samples,
+            "wall_s": self.elapsed(),
+            "wait_s": self.wait.total,
+            "fetch_s": self.fetch.total,
+            "prep_s": self.prep.total,
+            **sources,
+        }
+        record = _delta(now, self._epoch_mark)
+        record["epoch"] = epoch
+        self.per_epoch.append(record)
+        self._epoch_mark = now
+
+    def elapsed(self) -> float:
+        running = time.perf_counter() - self._started if self._started is not None else 0.0
+        return self.wall_s + running
+
+    def as_dict(self) -> dict[str, object]:
+        wall = self.elapsed()
+        return {
+            "batches": self.wait.count,
+            "samples": self.samples,
+            "epochs_completed": self.epochs_completed,
+            "wall_s": round(wall, 6),
+            "samples_per_s": round(self.samples / wall, 3) if wall > 0 else 0.0,
+            "wait_s": round(self.wait.total, 6),
+            "stall_fraction": round(self.wait.total / wall, 6) if wall > 0 else 0.0,
+            "wait": self.wait.summary(),
+            "fetch": self.fetch.summary(),
+            "prep": self.prep.summary(),
+            "per_epoch": self.per_epoch,
+        }
+
+
+def _delta(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """Counters of ``now`` minus ``before`` (nested dicts too); hit rates recomputed from deltas."""
+    out: dict[str, Any] = {}
+    for key, value in now.items():
+        prev = before.get(key)
+        if isinstance(value, dict):
+            out[key] = _delta(value, prev if isinstance(prev, dict) else {})
+        elif _is_counter(key, value):
+            out[key] = value - (prev if isinstance(prev, (int, float)) else 0)
+        else:
+            out[key] = value
+    if "hits" in out and "misses" in out:
+        total = out["hits"] + out["misses"]
+        out["hit_rate"] = out["hits"] / total if total else 0.0
+    return out
+
+
+#: Keys of cumulative counters: per-epoch figures are their differences.
+_COUNTER_SUFFIXES = ("samples", "_s", "hits", "misses", "requests", "retries", "errors", "bytes")
+#: Settings and levels that end like counters but are not cumulative.
+_NOT_COUNTER_PREFIXES = ("capacity", "max_", "limit")
+
+
+def _is_counter(key: str, value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and key.endswith(_COUNTER_SUFFIXES)
+        and not key.startswith(_NOT_COUNTER_PREFIXES)
+    )
+
+
+def batch_size_of(batch: Any) -> int:
+    """Number of samples in a collated batch: the leading dimension of its first tensor,
+    or the length of a list of plain samples (bytes, numbers, strings)."""
+    while True:
+        if isinstance(batch, torch.Tensor):
+            return int(batch.shape[0]) if batch.dim() > 0 else 1
+        if isinstance(batch, dict) and batch:
+            batch = next(iter(batch.values()))
+        elif isinstance(batch, (list, tuple)) and batch:
+            first = batch[0]
+            if not isinstance(first, (torch.Tensor, list, tuple, dict)) and not hasattr(
+                first, "shape"
+            ):
+                return len(batch)
+            batch = first
+        elif hasattr(batch, "shape") and len(batch.shape) > 0:
+            return int(batch.shape[0])
+        else:
+            return len(batch) if hasattr(batch, "__len__") else 1

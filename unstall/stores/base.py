@@ -1,0 +1,71 @@
+"""The `Store` interface: raw bytes by key, one key or many at once."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from unstall.errors import MissingKeyError
+
+
+class Store(ABC):
+    """Raw bytes by key from one storage location.
+
+    Public methods validate and then call the backend's private ``_get``,
+    ``_get_many``, ``_list`` and ``_put``. ``get_many`` exists so a backend can
+    keep many requests in flight for a whole batch; results keep the keys' order.
+    A store must be picklable: worker processes receive a copy and must open
+    their own connections after fork (see ``__getstate__`` in backends).
+    """
+
+    #: URL scheme(s) this backend serves, e.g. ``("s3",)``; ``""`` means a plain path.
+    schemes: tuple[str, ...] = ()
+
+    @property
+    @abstractmethod
+    def url(self) -> str:
+        """Where this store reads from, as a URL or path; used in messages and fingerprints."""
+
+    def get(self, key: str) -> bytes:
+        """Return the bytes stored under ``key``; raises `MissingKeyError` naming it."""
+        _check_key(key, self.url)
+        return self._get(key)
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes]:
+        """Return the bytes of every key, in the keys' order."""
+        for key in keys:
+            _check_key(key, self.url)
+        return self._get_many(list(keys))
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Return every key under ``prefix``, sorted."""
+        return sorted(self._list(prefix))
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key`` (used to write synthetic datasets)."""
+        _check_key(key, self.url)
+        self._put(key, data)
+
+    def close(self) -> None:
+        """Release connections or files; safe to call twice."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+    # Backend hooks ------------------------------------------------------------
+    @abstractmethod
+    def _get(self, key: str) -> bytes: ...
+
+    def _get_many(self, keys: list[str]) -> list[bytes]:
+        return [self._get(key) for key in keys]
+
+    @abstractmethod
+    def _list(self, prefix: str) -> list[str]: ...
+
+    def _put(self, key: str, data: bytes) -> None:
+        raise NotImplementedError(f"{type(self).__name__} is read-only; cannot put {key!r}")
+
+
+def _check_key(key: str, where: str) -> None:
+    if not isinstance(key, str) or not key:
+        raise MissingKeyError(f"invalid key {key!r} for store {where}: keys are non-empty strings")

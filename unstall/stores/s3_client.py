@@ -1,0 +1,288 @@
+"""One process's S3 client: obstore requests on an asyncio loop in a background thread.
+
+`Fetcher` keeps up to ``max_inflight`` GETs in flight for a whole batch, keeps
+the keys' order, retries timeouts, dropped connections, 5xx and throttling with
+exponential backoff and full jitter, and maps 404/403 to `MissingKeyError` /
+`AccessDeniedError` at once. Each result is written to its key's slot only
+when its attempt succeeded, so a retry can neither lose nor duplicate a sample.
+
+obstore's tokio runtime does not survive ``fork()``: a process may build a
+`Fetcher` only if no ancestor built one (see `unstall.stores.s3_helper`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+import os
+import random
+import re
+import statistics
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from unstall.errors import AccessDeniedError, MissingKeyError, StoreError
+from unstall.stores.s3_config import S3Settings
+from unstall.stores.s3_stats import SharedStats
+
+T = TypeVar("T")
+MIN_INFLIGHT, MAX_INFLIGHT = 16, 256
+PROBES = 3
+_STATUS = re.compile(r"status code: (\d{3})|status: (\d{3})")
+_RUNTIME_PID: int | None = None  # the process whose obstore runtime this memory holds
+
+
+class Fetcher:
+    """The in-process client of one store in one process; built lazily, never shared."""
+
+    def __init__(self, settings: S3Settings, stats: SharedStats):
+        global _RUNTIME_PID
+        pid = os.getpid()
+        if _RUNTIME_PID is not None and pid != _RUNTIME_PID:
+            raise StoreError(
+                f"obstore was used in process {_RUNTIME_PID}, the parent of this forked "
+                f"process {pid}, and its runtime does not survive fork(); create S3Store "
+                "with in_process=False (the default) in the parent, or use "
+                "multiprocessing_context='spawn'",
+                store=settings.url,
+            )
+        from obstore.store import S3Store as ObStore
+
+        _RUNTIME_PID = pid
+        self.settings = settings
+        self.stats = stats
+        self.pid = pid
+        self.client = ObStore(settings.bucket, **settings.obstore_kwargs(pid=pid))
+        self.max_inflight = settings.max_inflight
+        self.latency_s: float | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name=f"unstall-s3-{pid}", daemon=True
+        )
+        self._thread.start()
+        self._sem: asyncio.Semaphore | None = None
+        self._counts = {"requests": 0, "retries": 0, "errors": 0, "bytes": 0}
+
+    # Public, called from any thread of this process -----------------------------
+    def get_many(self, keys: list[str]) -> list[bytes]:
+        """Bytes of every key, in order, with up to ``max_inflight`` requests in flight."""
+        t0 = time.perf_counter()
+        results: list[bytes | None] = [None] * len(keys)
+        try:
+            start = self._probe(keys, results) if self.max_inflight is None else 0
+            if start < len(keys):
+                rounds = math.ceil((len(keys) - start) / (self.max_inflight or 1))
+                self._run(self._fetch_all(keys, results, start), rounds)
+        finally:
+            self._flush(get_s=time.perf_counter() - t0)
+        return results  # type: ignore[return-value]  # every slot was filled or we raised
+
+    def list(self, prefix: str) -> list[str]:
+        """Every key under ``prefix`` (relative to the store's prefix)."""
+        import obstore
+
+        async def listing() -> list[str]:
+            keys: list[str] = []
+            pages = 0
+            async for chunk in obstore.list(self.client, prefix=prefix or None, chunk_size=1000):
+                pages += 1
+                keys.extend(meta["path"] for meta in chunk)
+            self.stats.add(list_requests=max(pages, 1))
+            return keys
+
+        return self._run(self._retrying(f"listing {prefix or '(all)'}", listing), 1)
+
+    def put(self, key: str, data: bytes) -> None:
+        import obstore
+
+        async def one() -> None:
+            await obstore.put_async(self.client, key, data)
+
+        self._run(self._retrying(key, one), 1)
+        self._flush()
+
+    def put_many(self, items: list[tuple[str, bytes]]) -> None:
+        """Upload many objects with ``max_inflight`` (or 32) requests in flight."""
+        import obstore
+
+        async def all_puts() -> None:
+            sem = asyncio.Semaphore(self.max_inflight or 32)
+
+            async def one(key: str, data: bytes) -> None:
+                async with sem:
+                    await self._retrying(key, lambda: obstore.put_async(self.client, key, data))
+
+            await asyncio.gather(*(one(k, d) for k, d in items))
+
+        self._run(all_puts(), math.ceil(len(items) / (self.max_inflight or 32)))
+        self._flush()
+
+    def close(self) -> None:
+        """Stop the loop thread (only from the process that made it); safe to call twice."""
+        if self.pid == os.getpid() and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+
+    # Internals -----------------------------------------------------------------
+    def _probe(self, keys: list[str], results: list[bytes | None]) -> int:
+        """Fetch the first keys one at a time to measure latency; size ``max_inflight`` by it.
+
+        Little's law: requests in flight = rate x latency, so aiming at
+        ``target_rate`` requests/s needs ``target_rate * latency`` in flight.
+        """
+        times = []
+        n = min(PROBES, len(keys))
+        for i in range(n):
+            t0 = time.perf_counter()
+            results[i] = self._run(self._fetch_one(keys[i]), 1)
+            times.append(time.perf_counter() - t0)
+        self.latency_s = statistics.median(times)
+        wanted = math.ceil(self.settings.target_rate * self.latency_s)
+        self.max_inflight = max(MIN_INFLIGHT, min(MAX_INFLIGHT, wanted))
+        self.stats.set(latency_ms=self.latency_s * 1000, max_inflight=self.max_inflight)
+        return n
+
+    def _run(self, coro: Awaitable[T], rounds: int) -> T:
+        """Run ``coro`` on the loop thread; bounded, so a stuck request cannot hang a worker."""
+        s = self.settings
+        per_key = (s.retries + 1) * (s.timeout + 1.0 + s.max_backoff_s)
+        deadline = rounds * per_key + 5.0
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        try:
+            return future.result(timeout=deadline)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise StoreError(
+                f"requests to {s.url} did not finish within {deadline:.0f} s "
+                f"(timeout={s.timeout} s x {s.retries + 1} attempts); check the endpoint "
+                f"{s.endpoint or '(AWS)'}",
+                store=s.url,
+            ) from None
+
+    async def _fetch_all(self, keys: list[str], results: list[bytes | None], start: int) -> None:
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.max_inflight or MIN_INFLIGHT)
+
+        async def one(i: int) -> None:
+            results[i] = await self._fetch_one(keys[i])
+
+        tasks = [asyncio.ensure_future(one(i)) for i in range(start, len(keys))]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:  # on the first failure, or if the caller gave up: stop the rest
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
+        for task in tasks:  # the first failure in key order, so the message is stable
+            if task in done and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+
+    async def _fetch_one(self, key: str) -> bytes:
+        import obstore
+
+        async def attempt() -> bytes:
+            result = await obstore.get_async(self.client, key)
+            return bytes(await result.bytes_async())
+
+        data = await self._retrying(key, attempt, self._sem)
+        self._counts["bytes"] += len(data)
+        return data
+
+    async def _retrying(
+        self,
+        key: str,
+        attempt: Callable[[], Awaitable[T]],
+        sem: asyncio.Semaphore | None = None,
+    ) -> T:
+        s = self.settings
+        last: BaseException | None = None
+        last_desc = "none"
+        for n in range(s.retries + 1):
+            if n:
+                self._counts["retries"] += 1
+                cap = min(s.max_backoff_s, s.backoff_s * 2 ** (n - 1))
+                await asyncio.sleep(random.uniform(0, cap))  # full jitter
+            self._counts["requests"] += 1
+            t0 = time.perf_counter()
+            try:
+                if sem is None:
+                    return await asyncio.wait_for(attempt(), s.timeout + 1.0)
+                async with sem:
+                    return await asyncio.wait_for(attempt(), s.timeout + 1.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                kind = classify(exc)
+                if kind != "retry":
+                    self._counts["errors"] += 1
+                    raise self._error(kind, key, exc) from exc
+                last, last_desc = exc, _short(exc)
+                if time.perf_counter() - t0 >= 0.9 * s.timeout:
+                    last_desc = f"timed out after timeout={s.timeout} s ({last_desc})"
+        self._counts["errors"] += 1
+        raise StoreError(
+            f"giving up on key {key!r} in bucket {s.bucket!r} ({s.where(key)}) after "
+            f"{s.retries + 1} attempts; last error: {last_desc}. Raise `retries` or "
+            "`timeout` (or UNSTALL_S3_RETRIES / UNSTALL_S3_TIMEOUT) if the server is just slow",
+            key=key,
+            store=s.url,
+        ) from last
+
+    def _error(self, kind: str, key: str, exc: BaseException) -> StoreError:
+        s = self.settings
+        if kind == "missing":
+            return MissingKeyError(
+                f"key {key!r} not found in bucket {s.bucket!r} ({s.where(key)}); check the "
+                "key and prefix, or refresh a stale manifest with `list_cached(refresh=True)`",
+                key=key,
+                store=s.url,
+            )
+        if kind == "denied":
+            return AccessDeniedError(
+                f"access denied to key {key!r} in bucket {s.bucket!r} ({s.where(key)}): "
+                f"{_short(exc)}; check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE) and "
+                "the bucket's policy",
+                key=key,
+                store=s.url,
+            )
+        return StoreError(
+            f"request for key {key!r} in bucket {s.bucket!r} ({s.where(key)}) failed and is "
+            f"not retryable: {_short(exc)}",
+            key=key,
+            store=s.url,
+        )
+
+    def _flush(self, **extra: float) -> None:
+        counts, self._counts = self._counts, {"requests": 0, "retries": 0, "errors": 0, "bytes": 0}
+        self.stats.add(**counts, **extra)
+
+
+def classify(exc: BaseException) -> str:
+    """``missing`` (404), ``denied`` (401/403), ``retry`` (timeout, reset, 5xx, 429), ``fatal``."""
+    import obstore.exceptions as oe
+
+    if isinstance(exc, FileNotFoundError):
+        return "missing"
+    if isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError, PermissionError)):
+        return "denied"
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, ConnectionError)):
+        return "retry"
+    if isinstance(exc, (oe.BaseError, OSError)):
+        match = _STATUS.search(str(exc))
+        if match:
+            status = int(match.group(1) or match.group(2))
+            if status in (401, 403):
+                return "denied"
+            if status == 404:
+                return "missing"
+            return "retry" if status >= 500 or status in (408, 429) else "fatal"
+        return "retry"  # no HTTP status: connection reset, truncated body, timeout
+    return "fatal"
+
+
+def _short(exc: BaseException | None) -> str:
+    text = f"{type(exc).__name__}: {exc}" if exc is not None else "none"
+    return text.split("\n", 1)[0][:300]
