@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "cache": "unstall.bench.cache",
     "s3": "unstall.bench.s3",
     "prep": "unstall.bench.prep",
+    "train": "unstall.bench.train",
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 
 
@@ -18,6 +19,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
     p.add_argument("--quick", action="store_true", help="a smaller run (about a minute)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
+    p.add_argument(
+        "--model",
+        choices=("resnet18", "resnet50", "mobilenet_v2"),
+        default="resnet50",
+        help="the model `bench train` trains (default resnet50; other benchmarks ignore it)",
+    )
     p.set_defaults(run=run)
 
 
@@ -27,7 +34,9 @@ def run(args: argparse.Namespace) -> int:
     from unstall.bench import load, print_result, write_json
 
     console = Console(width=None if sys.stdout.isatty() else 120)
-    result = load(args.name).run(quick=args.quick, console=console)
+    module = load(args.name)
+    extra = {"model": args.model} if "model" in inspect.signature(module.run).parameters else {}
+    result = module.run(quick=args.quick, console=console, **extra)
     print_result(result, console)
     if args.json:
         write_json(result, args.json)

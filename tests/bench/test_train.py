@@ -1,0 +1,102 @@
+"""`bench train`: torchvision-exact models, and the benchmark end to end on the CPU, tiny."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+
+from unstall.bench import BenchResult, write_json
+from unstall.bench import overhead as overhead_bench
+from unstall.bench import train as train_bench
+from unstall.bench.models import MODELS, build
+from unstall.bench.train import GPU_PREP, LEAN, SYNTHETIC, TORCH, TrainSettings, run_with
+
+#: ``sum(p.numel() for p in torchvision.models.<name>().parameters())``
+TORCHVISION_PARAMS = {"resnet18": 11_689_512, "resnet50": 25_557_032, "mobilenet_v2": 3_504_872}
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION_PARAMS))
+def test_models_have_torchvisions_parameter_counts(name):
+    model = build(name)
+    assert sum(p.numel() for p in model.parameters()) == TORCHVISION_PARAMS[name]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_models_map_images_to_class_scores(name):
+    model = build(name, num_classes=10).eval()
+    with torch.no_grad():
+        out = model(torch.randn(2, 3, 64, 64).contiguous(memory_format=torch.channels_last))
+    assert out.shape == (2, 10) and torch.isfinite(out).all()
+
+
+def test_bad_model_and_settings_are_named():
+    with pytest.raises(ValueError, match="model='vgg16'"):
+        build("vgg16")
+    with pytest.raises(ValueError, match="num_classes=0"):
+        build("resnet18", num_classes=0)
+    with pytest.raises(ValueError, match="batch_size=0"):
+        TrainSettings("resnet18", "cpu", 0, 64, 1, 2, 1)
+    with pytest.raises(ValueError, match="model='alexnet'"):
+        TrainSettings("alexnet", "cpu", 4, 64, 1, 2, 1)
+
+
+def test_quick_settings_on_cpu_stay_tiny():
+    s = train_bench.settings_for("resnet50", quick=True, cuda=False)
+    assert s.device == "cpu" and s.model == "resnet50"
+    assert s.batch_size <= 8 and s.steps <= 4 and s.images <= 64
+
+
+def test_train_reports_every_variant_and_the_ratio(tmp_path, monkeypatch):
+    monkeypatch.setenv("UNSTALL_CACHE_DIR", str(tmp_path / "cache"))
+    settings = TrainSettings("resnet18", "cpu", 4, 64, warmup_steps=1, steps=2, workers=1)
+    write_json(run_with(settings), str(tmp_path / "train.json"))
+    out = json.loads((tmp_path / "train.json").read_text())
+
+    assert out["benchmark"] == "train" and out["model"] == "resnet18"
+    variants = out["variants"]
+    assert set(variants) >= {SYNTHETIC, TORCH, LEAN}
+    assert set(variants) | set(out["skipped"]) == {SYNTHETIC, TORCH, LEAN, GPU_PREP}
+    if not torch.cuda.is_available():
+        assert "no CUDA" in out["skipped"][GPU_PREP]
+        assert any("not the GPU goal" in note for note in out["notes"])
+    for figures in variants.values():
+        assert figures["samples_per_s"] > 0
+        assert figures["samples"] == settings.batch_size * settings.steps
+        assert 0 <= figures["stall_fraction"] < 1
+    g = variants[SYNTHETIC]["samples_per_s"]
+    for figures in variants.values():
+        assert figures["fraction_of_G"] == pytest.approx(figures["samples_per_s"] / g, rel=1e-3)
+    unstall = max(v["samples_per_s"] for k, v in variants.items() if k.startswith("unstall"))
+    assert out["ratio"] == pytest.approx(unstall / variants[TORCH]["samples_per_s"], rel=1e-3)
+    assert out["baseline"]["variant"] == TORCH
+    assert out["unstall"]["samples_per_s"] == unstall
+    assert [r["case"] for r in out["rows"]][:3] == [SYNTHETIC, TORCH, LEAN]
+
+
+def test_cli_passes_model_only_to_benchmarks_that_take_it(monkeypatch):
+    from unstall.cli import main
+
+    calls: dict[str, dict[str, Any]] = {}
+    result = BenchResult(name="fake", ratio=1.0, baseline={}, unstall={})
+
+    def fake_train(*, quick: bool, console: Any = None, model: str = "resnet50") -> BenchResult:
+        calls["train"] = {"quick": quick, "model": model}
+        return result
+
+    def fake_overhead(*, quick: bool, console: Any = None) -> BenchResult:
+        calls["overhead"] = {"quick": quick}
+        return result
+
+    monkeypatch.setattr(train_bench, "run", fake_train)
+    monkeypatch.setattr(overhead_bench, "run", fake_overhead)
+    assert main(["bench", "train", "--quick", "--model", "mobilenet_v2"]) == 0
+    assert main(["bench", "overhead", "--model", "resnet18"]) == 0
+    assert calls == {
+        "train": {"quick": True, "model": "mobilenet_v2"},
+        "overhead": {"quick": False},
+    }
+    with pytest.raises(SystemExit):
+        main(["bench", "train", "--model", "vgg16"])

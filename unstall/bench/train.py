@@ -1,0 +1,295 @@
+"""`bench train`: train a real model from local JPEGs, four ways side by side in the same run.
+
+One model, optimizer and step (bf16 autocast on CUDA, channels_last, SGD) are fed
+in turn, for the same warm-up and timed steps, by: ``synthetic (G)``, one random
+batch already on the device (the model's own rate); ``torch``, torch's DataLoader
+with all cores as workers and torchvision's float32 PIL pipeline
+(`TorchReferencePipeline`); ``unstall cpu-lean``, `ImagePipeline(output="uint8")`
+on the workers, normalized on the device; ``unstall gpu-prep``, ``prep="gpu"``
+(decode and augment on the GPU; skipped, with the reason, without CUDA or a GPU
+JPEG decoder). Goal on an H100 with 16 cores: unstall >= 90% of G, about 2.5x
+torch for ResNet-50, >= 3x for ResNet-18. Without CUDA the same code runs on the
+CPU with tiny settings, so it can be tested; those figures are not the GPU goal.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from unstall.bench.harness import BenchResult, Measurement, ratio_of, row
+from unstall.bench.local import PerSample
+from unstall.bench.models import MODELS, build
+from unstall.data import ImageFolder
+from unstall.loader import DataLoader
+from unstall.loader.device import NormalizeImages
+from unstall.pipeline import ImagePipeline, TorchReferencePipeline
+from unstall.stores import LocalStore
+
+DESCRIPTION = "train a real model from local JPEGs: synthetic G, torch, unstall lean, GPU prep"
+SYNTHETIC, TORCH, LEAN, GPU_PREP = "synthetic (G)", "torch", "unstall cpu-lean", "unstall gpu-prep"
+#: Goal on an H100 with 16 cores: unstall's share of G, and unstall / torch per model.
+GOAL_FRACTION_OF_G = 0.9
+GOAL_RATIO: dict[str, float] = {"resnet50": 2.5, "resnet18": 3.0}
+LOADERS = {
+    SYNTHETIC: "one batch already on the device",
+    TORCH: "torch, float32 PIL pipeline",
+    LEAN: "unstall, uint8, normalized on device",
+    GPU_PREP: "unstall, prep='gpu'",
+}
+_LAST = torch.channels_last
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """One run's shape; every variant trains ``batch_size * steps`` timed samples.
+
+    Args:
+        model: a name in `unstall.bench.models.MODELS`.
+        device: ``"cuda"`` (bf16 autocast) or ``"cpu"`` (float32, for tests).
+        batch_size: samples per step.
+        image_size: side of the training crops [Unit: pixel].
+        warmup_steps: steps run before timing (worker start-up, autotuning).
+        steps: timed steps per variant.
+        workers: loader worker processes, for torch and unstall alike.
+    """
+
+    model: str
+    device: str
+    batch_size: int
+    image_size: int
+    warmup_steps: int
+    steps: int
+    workers: int
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"model={self.model!r} is not known; choose one of {sorted(MODELS)}")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device={self.device!r} must be 'cuda' or 'cpu'")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device='cuda' but CUDA is not available: use device='cpu'")
+        lows = {"batch_size": 1, "image_size": 32, "warmup_steps": 0, "steps": 1, "workers": 0}
+        for name, low in lows.items():
+            if getattr(self, name) < low:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be >= {low}")
+
+    @property
+    def images(self) -> int:
+        """Dataset size: one epoch covers warm-up and timed steps, so no epoch restarts."""
+        return self.batch_size * (self.warmup_steps + self.steps)
+
+
+def settings_for(model: str, *, quick: bool, cuda: bool) -> TrainSettings:
+    """The issue's settings on CUDA (batch 256, 224 px); tiny ones on the CPU."""
+    workers = os.cpu_count() or 1
+    if cuda:
+        warmup, steps = (10, 30) if quick else (20, 80)  # warm-up drains the start-up burst
+        return TrainSettings(model, "cuda", 256, 224, warmup, steps, workers)
+    batch, steps = (8, 4) if quick else (16, 8)
+    return TrainSettings(model, "cpu", batch, 112, 2, steps, workers)
+
+
+class Trainer:
+    """The model, optimizer and training step every variant feeds: the same work per step."""
+
+    def __init__(self, settings: TrainSettings):
+        self.device = torch.device(settings.device)
+        self.cuda = self.device.type == "cuda"
+        self.model = build(settings.model).to(self.device, memory_format=_LAST)
+        params = self.model.parameters()
+        self.optimizer = torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4)
+
+    def step(self, batch: Any) -> int:
+        """One SGD step on ``(images, labels)`` (moved to the device if needed); its samples."""
+        images, labels = batch
+        images = images.to(self.device, non_blocking=True).contiguous(memory_format=_LAST)
+        labels = labels.to(self.device, non_blocking=True)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cuda):
+            loss = F.cross_entropy(self.model(images), labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return len(labels)
+
+    def sync(self) -> None:
+        """Wait for the queued device work, so a timed span ends on finished steps."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+
+def train(trainer: Trainer, batches: Iterator[Any], s: TrainSettings) -> tuple[int, float, float]:
+    """Warm-up steps, then ``s.steps`` timed ones: ``(samples, wall s, host wait s)``."""
+    for _ in range(s.warmup_steps):
+        trainer.step(_next(batches, s))
+    trainer.sync()
+    samples, wait = 0, 0.0
+    start = time.perf_counter()
+    for _ in range(s.steps):
+        t0 = time.perf_counter()
+        batch = _next(batches, s)
+        wait += time.perf_counter() - t0
+        samples += trainer.step(batch)
+    trainer.sync()
+    return samples, time.perf_counter() - start, wait
+
+
+def _next(batches: Iterator[Any], s: TrainSettings) -> Any:
+    batch = next(batches, None)
+    if batch is None:
+        raise RuntimeError(f"the loader ran out: {s} needs a dataset of {s.images} images")
+    return batch
+
+
+def gpu_prep_skip_reason(device: str) -> str | None:
+    """Why the GPU-prep variant cannot run here, or None when it can."""
+    if device != "cuda":
+        return "no CUDA on this machine: prep='gpu' decodes and augments on the GPU"
+    from unstall.gpu.decode import pick_decoder
+
+    if pick_decoder() is None:
+        return "no GPU JPEG decoder: pip install 'unstall[gpu]' (nvImageCodec)"
+    return None
+
+
+def variants(s: TrainSettings, store: LocalStore) -> dict[str, Callable[[], Any]]:
+    """A maker of each variant's loader: same batches and workers, its own pipeline."""
+    common: dict[str, Any] = {"batch_size": s.batch_size, "shuffle": True, "drop_last": True}
+    common["num_workers"] = s.workers
+    reference = ImageFolder(store, transform=TorchReferencePipeline(s.image_size))
+    lean = ImagePipeline(s.image_size, output="uint8")
+    normalize = NormalizeImages(lean.mean, lean.std, channels_last=True)
+    standard = ImagePipeline(s.image_size)
+    on_device = {"device": s.device, "device_transform": normalize, **common}
+    return {
+        TORCH: lambda: torch.utils.data.DataLoader(
+            PerSample(reference), pin_memory=s.device == "cuda", **common
+        ),
+        LEAN: lambda: DataLoader(ImageFolder(store, transform=lean), prep="cpu", **on_device),
+        GPU_PREP: lambda: DataLoader(
+            ImageFolder(store, transform=standard), prep="gpu", **on_device
+        ),
+    }
+
+
+def run(*, quick: bool, console: Any = None, model: str = "resnet50") -> BenchResult:
+    """The issue's run on CUDA; on a machine without CUDA, tiny settings on the CPU."""
+    settings = settings_for(model, quick=quick, cuda=torch.cuda.is_available())
+    return run_with(settings, console=console)
+
+
+def run_with(s: TrainSettings, *, console: Any = None) -> BenchResult:
+    """Train ``s.model`` from each variant in turn and compare rates with torch and with G."""
+    from unstall.data.synthetic import ensure_demo_dataset
+
+    say = console.print if console is not None else (lambda *a: None)
+    cuda = s.device == "cuda"
+    where = torch.cuda.get_device_name() if cuda else "cpu, float32"
+    say(
+        f"bench train: {s.model} on {where}, batch {s.batch_size}, {s.image_size} px, "
+        f"{'bf16 autocast, ' if cuda else ''}channels_last, SGD; {s.warmup_steps} warm-up + "
+        f"{s.steps} timed steps per variant; {s.workers} workers"
+    )
+    if not cuda:
+        say("no CUDA: tiny settings on the CPU; these figures are not the GPU goal")
+    root = os.fspath(ensure_demo_dataset(images=s.images, classes=10, seed=0, progress=False))
+    store = LocalStore(root)
+    warm = ImageFolder(store, raw=True)
+    for i in range(0, len(warm), 64):  # page cache warm: every variant reads from memory
+        warm.fetch(range(i, min(i + 64, len(warm))))
+    benchmark_flag = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        trainer = Trainer(s)
+        images = torch.randn(s.batch_size, 3, s.image_size, s.image_size, device=trainer.device)
+        labels = torch.randint(0, 10, (s.batch_size,), device=trainer.device)
+        fixed = (images.contiguous(memory_format=_LAST), labels)
+        runs = {SYNTHETIC: train(trainer, iter(lambda: fixed, None), s)}
+        say(f"  {SYNTHETIC:18s} {_rate(runs[SYNTHETIC]):10,.1f} samples/s (G)")
+        skipped = {}
+        for name, make in variants(s, store).items():
+            reason = gpu_prep_skip_reason(s.device) if name == GPU_PREP else None
+            if reason is not None:
+                skipped[name] = reason
+                say(f"  {name:18s} skipped: {reason}")
+                continue
+            loader = make()
+            runs[name] = train(trainer, iter(loader), s)  # dropping the iterator stops workers
+            getattr(loader, "close", lambda: None)()
+            del loader
+            gc.collect()
+            rate, g_rate = _rate(runs[name]), _rate(runs[SYNTHETIC])
+            say(f"  {name:18s} {rate:10,.1f} samples/s, {rate / g_rate:.2f} of G")
+    finally:
+        torch.backends.cudnn.benchmark = benchmark_flag
+    return _result(s, runs, skipped, where)
+
+
+def _rate(run: tuple[int, float, float]) -> float:
+    return run[0] / run[1]
+
+
+def _result(
+    s: TrainSettings,
+    runs: dict[str, tuple[int, float, float]],
+    skipped: dict[str, str],
+    where: str,
+) -> BenchResult:
+    g_rate, torch_rate = _rate(runs[SYNTHETIC]), _rate(runs[TORCH])
+    figures, rows = {}, []
+    for name, (samples, wall, wait) in runs.items():
+        own = samples / g_rate  # the model's own time for these samples: the rest is stall
+        m = Measurement(samples, wall, max(0.0, wall - own), min(own, wall), s.steps)
+        vs_torch = ratio_of(m.samples_per_s, torch_rate)
+        figures[name] = {
+            "loader": LOADERS[name],
+            "samples": samples,
+            "steps": s.steps,
+            "wall_s": round(wall, 6),
+            "samples_per_s": round(m.samples_per_s, 2),
+            "stall_fraction": round(m.stall_fraction, 4),
+            "fraction_of_G": round(m.samples_per_s / g_rate, 4),
+            "ratio_vs_torch": round(vs_torch, 4),
+            "host_wait_s": round(wait, 6),
+        }
+        ratio = None if name == TORCH else vs_torch
+        rows.append(
+            row(name, LOADERS[name], m, ratio, fraction_of_G=figures[name]["fraction_of_G"])
+        )
+    best = max((n for n in runs if n.startswith("unstall")), key=lambda n: _rate(runs[n]))
+    goal_ratio = GOAL_RATIO.get(s.model)
+    cpu_note = "no CUDA: tiny CPU settings (float32, no autocast); the model, not the loader, "
+    cpu_note += "bounds these figures: they are not the GPU goal"
+    return BenchResult(
+        name="train",
+        ratio=ratio_of(_rate(runs[best]), torch_rate),
+        baseline={"variant": TORCH, **figures[TORCH]},
+        unstall={"variant": best, **figures[best]},
+        rows=rows,
+        detail={
+            "model": s.model,
+            "device": where,
+            "G_samples_per_s": round(g_rate, 2),
+            "variants": figures,
+            "skipped": skipped,
+            "goal": {"fraction_of_G": GOAL_FRACTION_OF_G, "ratio": goal_ratio},
+            "config": {**asdict(s), "images": s.images},
+        },
+        notes=[
+            *([cpu_note] if s.device == "cpu" else []),
+            f"{s.steps} timed steps of batch {s.batch_size} per variant after "
+            f"{s.warmup_steps} warm-up steps; G = the model's own rate on synthetic device data",
+            "stall % = 1 - rate / G: the share of the time the model was not training; "
+            "top-level ratio: best unstall variant / torch",
+            f"goal on an H100 with 16 cores: unstall >= {GOAL_FRACTION_OF_G:.0%} of G"
+            + (f", about {goal_ratio}x torch or more" if goal_ratio else ""),
+            *(f"skipped {name}: {reason}" for name, reason in skipped.items()),
+        ],
+    )
