@@ -154,3 +154,21 @@ def test_user_sampler_and_batch_sampler_are_honoured():
     bs = [[0, 2], [4, 6], [8]]
     loader = unstall.DataLoader(IdDataset(9), batch_sampler=bs, num_workers=2)
     assert _epoch(loader) == bs
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_lookahead_names_the_next_batch_of_the_same_worker(workers):
+    """With look-ahead, batches are unchanged and batch b names batch b + workers (or none)."""
+    import pickle
+
+    from unstall.loader.sampling import OrderSpec, PlanSampler
+
+    spec = OrderSpec(num_samples=50, batch_size=8, shuffle=True, drop_last=False, seed=3)
+    plain, ahead = PlanSampler(spec), PlanSampler(spec, lookahead=workers)
+    for sampler in (plain, ahead):
+        sampler.configure(epoch=1, start=2)
+    want = list(plain)
+    got = [pickle.loads(pickle.dumps(batch)) for batch in ahead]  # as workers receive them
+    assert [list(b) for b in got] == want and len(want) == spec.num_batches() - 2
+    for b, batch in enumerate(got):
+        assert batch.ahead == (want[b + workers] if b + workers < len(want) else [])

@@ -48,6 +48,9 @@ def test_every_sample_once_and_identical_4_workers_x_32(s3_data, s3_env):
     stats = loader.stats()["store"]
     assert stats["max_inflight"] == 32
     assert stats["requests"] == 2 * len(s3_data.keys)  # counted in all 4 workers
+    # each worker fetched every batch but its first ahead of time: the guess of its next batch
+    # was always right, and no look-ahead request was wasted (requests above are exact)
+    assert stats["prefetched"] == 2 * (len(s3_data.keys) - 4 * 32)
     assert stats["bytes"] > 0 and stats["retries"] == 0 and stats["errors"] == 0
 
 
@@ -189,3 +192,43 @@ def test_server_stops_and_leaves_nothing_behind():
     server.stop()
     server.stop()  # idempotent
     assert proc.poll() is not None and not os.path.exists(directory)
+
+
+LOOKAHEAD_CHILD = r"""
+import hashlib, json, sys, time
+from unstall.stores.s3 import S3Store
+
+url, keys = sys.argv[1], json.loads(sys.argv[2])
+store = S3Store(url, max_inflight=8, in_process=True)  # this process's own client
+fetcher = store._client()
+for i in range(0, 40, 4):  # hints that are never claimed: the oldest are cancelled
+    store.prefetch(keys[i : i + 4])
+store.prefetch(["missing/key.jpg"] + keys[40:44])  # a failing hint raises nowhere
+store.prefetch(keys[:2])  # the latest hint: its keys are not "fetched ahead" yet
+time.sleep(0.5)
+kept = len(fetcher._ahead)
+data = store.get_many(keys[40:44] + keys[:2])  # claimed ahead, and fetched anew
+time.sleep(0.2)
+print(json.dumps({"kept": kept, "left": len(fetcher._ahead), "stats": store.stats()["store"],
+                  "digests": [hashlib.sha256(d).hexdigest() for d in data]}))
+"""
+
+
+def test_prefetch_is_bounded_and_claimed_exactly(s3_data, s3_env):
+    """Look-ahead keeps at most 2x the largest hint, serves claimed keys' exact bytes, and an
+    unclaimed failing hint raises nowhere (run in a child: its obstore client must not fork)."""
+    import json
+    import subprocess
+    import sys
+
+    s3_env()
+    keys = s3_data.keys[:44]
+    out = subprocess.run(
+        [sys.executable, "-c", LOOKAHEAD_CHILD, s3_data.url, json.dumps(keys)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    got = json.loads(out.stdout)
+    assert got["kept"] == 2 * 5 and got["left"] == got["kept"] - 6
+    assert got["digests"] == [s3_data.digests[k] for k in keys[40:44] + keys[:2]]
+    assert got["stats"]["prefetched"] == 4  # hinted by an earlier call: 40..43, not 0 and 1
+    assert "Traceback" not in out.stderr and "never retrieved" not in out.stderr

@@ -7,7 +7,7 @@ dataset doing one synchronous GET per ``__getitem__`` (obstore's sync ``get``:
 the same Rust client as unstall, so the difference is concurrency alone, not
 client speed), then `unstall.DataLoader` over ``FileDataset("s3://...")``.
 Both fetch-only (raw bytes) and fetch + prepare (`ImagePipeline`). The ceiling
-is GETs/s through the proxy with 64 in flight (from as many processes as the
+is GETs/s through the proxy with 128 in flight (from as many processes as the
 loaders have workers) and no loader at all.
 """
 

@@ -9,7 +9,7 @@ from typing import Any
 from unstall.testing import DelayProxy, SeaweedServer
 
 BUCKET = "unstall-bench"
-WORKERS, CEILING_INFLIGHT = 2, 64
+WORKERS, CEILING_INFLIGHT = 2, 128
 
 
 def measure_ceiling(server: SeaweedServer, endpoint: str, keys: list[str]) -> float:

@@ -21,6 +21,7 @@ from unstall.cache.shm_cache import (
     H_EVICTIONS,
     H_RECLAIMS,
     H_TOO_LARGE,
+    READY,
     S_BYTES,
     S_HITS,
     S_INSERTED,
@@ -104,6 +105,16 @@ class CacheLayer:
         self._count(len(indices) - len(missing), len(missing), inserted, size)
         fetched = iter(raws)
         return [raw if raw is not None else next(fetched) for raw in got]
+
+    def prefetch(self, dataset: Any, indices: Sequence[int]) -> None:
+        """Pass the look-ahead hint on for the samples not cached (those never hit storage)."""
+        cache = self._attached()
+        indices = list(indices)
+        if cache is not None:
+            cached = cache.state[indices] == READY
+            indices = [i for i, hit in zip(indices, cached.tolist(), strict=True) if not hit]
+        if indices:
+            dataset.prefetch(indices)
 
     def _count(self, hits: int, misses: int, inserted: int, size: int) -> None:
         if self._cache is not None and self._slot >= 0:

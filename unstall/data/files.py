@@ -73,6 +73,10 @@ class FileDataset(torch.utils.data.Dataset):
         """Raw bytes of each sample, from storage, in order."""
         return self.store.get_many([self.keys[i] for i in indices])
 
+    def prefetch(self, indices: Sequence[int]) -> None:
+        """Hint that these samples come soon: the store may start fetching them now."""
+        self.store.prefetch([self.keys[i] for i in indices])
+
     def prepare(self, index: int, raw: bytes) -> Any:
         """Turn one sample's raw bytes into what training sees: ``(x, label)`` or ``x``."""
         try:

@@ -132,7 +132,7 @@ class DataLoader:
                 rank=self.rank,
                 world_size=self.world_size,
             )
-            self._sampler = PlanSampler(self.order)
+            self._sampler = PlanSampler(self.order, lookahead=_lookahead(dataset, num_workers))
 
         if collate_fn is None:
             collate_fn = (
@@ -358,6 +358,14 @@ class DataLoader:
 
 def _identity(x: Any) -> Any:
     return x
+
+
+def _lookahead(dataset: Any, num_workers: int) -> int:
+    """How far ahead each task names the next batch of its worker: 0 unless the store prefetches."""
+    store = getattr(dataset, "store", None)
+    if num_workers > 0 and getattr(store, "prefetches", False) and hasattr(dataset, "prefetch"):
+        return num_workers
+    return 0
 
 
 def _check_zero_copy(zero_copy: bool | None, num_workers: int, host_pinning: bool) -> bool:

@@ -7,6 +7,7 @@ with many requests in flight.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -15,6 +16,7 @@ import torch.utils.data
 
 from unstall.errors import SampleError
 from unstall.loader.handoff import pack
+from unstall.loader.sampling import Planned
 from unstall.loader.slot_writer import SlotWriter
 
 
@@ -33,6 +35,8 @@ class FetchLayer(Protocol):
     """Gets raw bytes for a batch, e.g. through a cache before the dataset's store."""
 
     def fetch(self, dataset: SplitDataset, indices: Sequence[int]) -> list[bytes]: ...
+
+    def prefetch(self, dataset: SplitDataset, indices: Sequence[int]) -> None: ...
 
 
 class BatchTask(torch.utils.data.Dataset):
@@ -72,6 +76,8 @@ class BatchTask(torch.utils.data.Dataset):
         indices: list[int] = task
         t0 = time.perf_counter()
         if self.split:
+            if type(task) is Planned:
+                self._prefetch(indices + task.ahead)
             raws = self._fetch(indices)
             t1 = time.perf_counter()
             prepare = self.dataset.prepare
@@ -96,6 +102,14 @@ class BatchTask(torch.utils.data.Dataset):
             raise
         except Exception as exc:
             raise _name_culprit(exc, self.dataset, indices, "fetching") from exc
+
+    def _prefetch(self, indices: list[int]) -> None:
+        """Start this batch's and the next one's fetches (a hint: failures surface in fetch)."""
+        with contextlib.suppress(Exception):  # the fetch that follows reports real problems
+            if self.fetch_layer is not None:
+                self.fetch_layer.prefetch(self.dataset, indices)
+            else:
+                self.dataset.prefetch(indices)
 
     def _load_plain(self, indices: list[int]) -> list[Any]:
         try:

@@ -7,8 +7,10 @@ coordinating jobs can look ahead, and resume is "recompute, then skip".
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch.utils.data
@@ -86,11 +88,15 @@ class PlanSampler(torch.utils.data.Sampler):
     """Yields index lists for the epoch and start batch set by `configure`.
 
     Handed to `torch.utils.data.DataLoader` as its sampler (with
-    ``batch_size=None``), so each worker task is one whole batch.
+    ``batch_size=None``), so each worker task is one whole batch. With
+    ``lookahead=W`` (the number of workers, when the store can prefetch), each
+    batch is a `Planned` list that also names batch ``b + W``: the next one torch
+    will give the same worker, whose fetches can then start early.
     """
 
-    def __init__(self, spec: OrderSpec):
+    def __init__(self, spec: OrderSpec, lookahead: int = 0):
         self.spec = spec
+        self.lookahead = lookahead
         self.epoch = 0
         self.start = 0
 
@@ -98,10 +104,45 @@ class PlanSampler(torch.utils.data.Sampler):
         self.epoch, self.start = epoch, start
 
     def __iter__(self) -> Iterator[list[int]]:
-        return self.spec.batches(self.epoch, self.start)
+        batches = self.spec.batches(self.epoch, self.start)
+        if self.lookahead <= 0:
+            return batches
+        return _with_lookahead(batches, self.lookahead)
 
     def __len__(self) -> int:
         return self.spec.num_batches() - self.start
+
+
+def _with_lookahead(batches: Iterator[list[int]], distance: int) -> Iterator[list[int]]:
+    """Each batch as a `Planned` naming the batch ``distance`` places later (or none)."""
+    pending: deque[list[int]] = deque()
+    for batch in batches:
+        pending.append(batch)
+        if len(pending) > distance:
+            yield _planned(pending.popleft(), batch)
+    while pending:
+        yield _planned(pending.popleft(), [])
+
+
+class Planned(list):
+    """A batch's indices, plus ``ahead``: the batch this worker will be given next.
+
+    torch hands tasks to workers in turn, so with W workers the batch after
+    batch ``b`` in the same worker is ``b + W``: the worker starts fetching it
+    while it prepares and hands off batch ``b``. Only a hint: a wrong guess costs
+    requests, never a sample.
+    """
+
+    ahead: list[int]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_planned, (list(self), self.ahead))
+
+
+def _planned(indices: list[int], ahead: list[int]) -> Planned:
+    batch = Planned(indices)
+    batch.ahead = ahead
+    return batch
 
 
 class UserBatchSampler(torch.utils.data.Sampler):

@@ -37,6 +37,16 @@ class Store(ABC):
             _check_key(key, self.url)
         return self._get_many(list(keys))
 
+    #: True when `prefetch` does something: the loader then tells workers their next batch.
+    prefetches = False
+
+    def prefetch(self, keys: Sequence[str]) -> None:
+        """Hint that ``keys`` will be asked for soon: a store that can starts fetching them.
+
+        Never raises for a bad key and never changes what `get_many` returns;
+        the default does nothing.
+        """
+
     def list(self, prefix: str = "") -> list[str]:
         """Return every key under ``prefix``, sorted."""
         return sorted(self._list(prefix))

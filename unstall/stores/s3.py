@@ -47,6 +47,7 @@ class S3Store(Store):
     """
 
     schemes = ("s3",)
+    prefetches = True
 
     def __init__(
         self,
@@ -125,6 +126,12 @@ class S3Store(Store):
         if not keys:
             return []
         return self._client().get_many(keys)
+
+    def prefetch(self, keys: Sequence[str]) -> None:
+        """Start GETs for ``keys`` in the background (in worker processes; elsewhere a no-op)."""
+        if not keys or (os.getpid() == self._owner_pid and not self.in_process):
+            return  # this process's requests go through a helper: no look-ahead there
+        self._client().prefetch(list(keys))
 
     def _list(self, prefix: str) -> list[str]:
         keys = self._client().list(prefix.strip("/"))

@@ -21,6 +21,7 @@ import re
 import statistics
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -30,6 +31,9 @@ from unstall.stores.s3_stats import SharedStats
 
 T = TypeVar("T")
 MIN_INFLIGHT, MAX_INFLIGHT = 16, 256
+#: Look-ahead GETs kept at most, as a multiple of the keys of the largest `prefetch` call.
+AHEAD_KEEP = 2
+_COUNTS = ("requests", "retries", "errors", "bytes", "prefetched")
 PROBES = 3
 _STATUS = re.compile(r"status code: (\d{3})|status: (\d{3})")
 _RUNTIME_PID: int | None = None  # the process whose obstore runtime this memory holds
@@ -64,7 +68,13 @@ class Fetcher:
         )
         self._thread.start()
         self._sem: asyncio.Semaphore | None = None
-        self._counts = {"requests": 0, "retries": 0, "errors": 0, "bytes": 0}
+        self._counts = dict.fromkeys(_COUNTS, 0)
+        self._counts_lock = threading.Lock()  # the loop thread adds, the caller's thread flushes
+        #: Look-ahead GETs started by `prefetch`, oldest first, with the number of the call
+        #: that started each; touched on the loop thread only.
+        self._ahead: OrderedDict[str, tuple[asyncio.Task[bytes], int]] = OrderedDict()
+        self._ahead_calls = 0
+        self._ahead_most = 0  # keys in the largest hint so far: the bound is a multiple of it
 
     # Public, called from any thread of this process -----------------------------
     def get_many(self, keys: list[str]) -> list[bytes]:
@@ -79,6 +89,17 @@ class Fetcher:
         finally:
             self._flush(get_s=time.perf_counter() - t0)
         return results  # type: ignore[return-value]  # every slot was filled or we raised
+
+    def prefetch(self, keys: list[str]) -> None:
+        """Start GETs for ``keys`` now, in order, and return at once; `get_many` claims them.
+
+        A hint: keys asked for later are served from these requests (sharing the
+        ``max_inflight`` bound with every other request). At most ``AHEAD_KEEP`` times
+        the largest hint's length of unclaimed ones are kept; older ones are cancelled. Before the
+        first `get_many` has measured the latency, nothing is started.
+        """
+        if self.max_inflight is not None and keys:
+            self._loop.call_soon_threadsafe(self._start_ahead, list(keys))
 
     def list(self, prefix: str) -> list[str]:
         """Every key under ``prefix`` (relative to the store's prefix)."""
@@ -162,12 +183,38 @@ class Fetcher:
                 store=s.url,
             ) from None
 
+    def _start_ahead(self, keys: list[str]) -> None:
+        """On the loop thread: a task per key not already started; the oldest beyond the bound
+        are cancelled (their results were not claimed: the order changed, or the epoch ended)."""
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.max_inflight or MIN_INFLIGHT)
+        ahead = self._ahead
+        self._ahead_calls += 1
+        self._ahead_most = max(self._ahead_most, len(keys))
+        for key in keys:
+            if key in ahead:
+                ahead.move_to_end(key)
+                continue
+            task = self._loop.create_task(self._fetch_one(key))
+            task.add_done_callback(_consume)
+            ahead[key] = (task, self._ahead_calls)
+        while len(ahead) > AHEAD_KEEP * self._ahead_most:
+            ahead.popitem(last=False)[1][0].cancel()
+
     async def _fetch_all(self, keys: list[str], results: list[bytes | None], start: int) -> None:
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.max_inflight or MIN_INFLIGHT)
+        ahead = self._ahead
 
         async def one(i: int) -> None:
-            results[i] = await self._fetch_one(keys[i])
+            started = ahead.pop(keys[i], None)
+            if started is None:
+                results[i] = await self._fetch_one(keys[i])
+                return
+            task, call = started
+            results[i] = await task
+            if call < self._ahead_calls:  # started for an earlier batch: fetched ahead
+                self._count("prefetched", 1)
 
         tasks = [asyncio.ensure_future(one(i)) for i in range(start, len(keys))]
         try:
@@ -188,7 +235,7 @@ class Fetcher:
             return bytes(await result.bytes_async())
 
         data = await self._retrying(key, attempt, self._sem)
-        self._counts["bytes"] += len(data)
+        self._count("bytes", len(data))
         return data
 
     async def _retrying(
@@ -202,10 +249,10 @@ class Fetcher:
         last_desc = "none"
         for n in range(s.retries + 1):
             if n:
-                self._counts["retries"] += 1
+                self._count("retries", 1)
                 cap = min(s.max_backoff_s, s.backoff_s * 2 ** (n - 1))
                 await asyncio.sleep(random.uniform(0, cap))  # full jitter
-            self._counts["requests"] += 1
+            self._count("requests", 1)
             t0 = time.perf_counter()
             try:
                 if sem is None:
@@ -217,12 +264,12 @@ class Fetcher:
             except Exception as exc:
                 kind = classify(exc)
                 if kind != "retry":
-                    self._counts["errors"] += 1
+                    self._count("errors", 1)
                     raise self._error(kind, key, exc) from exc
                 last, last_desc = exc, _short(exc)
                 if time.perf_counter() - t0 >= 0.9 * s.timeout:
                     last_desc = f"timed out after timeout={s.timeout} s ({last_desc})"
-        self._counts["errors"] += 1
+        self._count("errors", 1)
         raise StoreError(
             f"giving up on key {key!r} in bucket {s.bucket!r} ({s.where(key)}) after "
             f"{s.retries + 1} attempts; last error: {last_desc}. Raise `retries` or "
@@ -255,9 +302,20 @@ class Fetcher:
             store=s.url,
         )
 
+    def _count(self, name: str, n: int) -> None:
+        with self._counts_lock:
+            self._counts[name] += n
+
     def _flush(self, **extra: float) -> None:
-        counts, self._counts = self._counts, {"requests": 0, "retries": 0, "errors": 0, "bytes": 0}
+        with self._counts_lock:
+            counts, self._counts = self._counts, dict.fromkeys(_COUNTS, 0)
         self.stats.add(**counts, **extra)
+
+
+def _consume(task: asyncio.Task[bytes]) -> None:
+    """Mark a look-ahead task's outcome as seen: an unclaimed failure is not an error."""
+    if not task.cancelled():
+        task.exception()
 
 
 def classify(exc: BaseException) -> str:

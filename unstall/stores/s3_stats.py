@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 #: Counters (summed over processes) and gauges (last value any process wrote).
-COUNTERS = ("requests", "retries", "errors", "bytes", "get_s", "list_requests")
+COUNTERS = ("requests", "retries", "errors", "bytes", "get_s", "list_requests", "prefetched")
 GAUGES = ("latency_ms", "max_inflight")
 _FIELDS = COUNTERS + GAUGES
 
