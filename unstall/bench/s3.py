@@ -165,7 +165,7 @@ class _Runner:
                     "ratio": ours.samples_per_s / max(base.samples_per_s, 1e-9),
                     "store": stats,
                 }
-                ceilings.append(measure_ceiling(self.server, endpoint, self.keys))
+                ceilings.append(measure_ceiling(server, endpoint, keys))
                 ceiling = statistics.median(ceilings)  # before, between and after the loaders
                 out["ceiling_per_s"] = round(ceiling, 1)
                 say(

@@ -186,8 +186,7 @@ class Fetcher:
     def _start_ahead(self, keys: list[str]) -> None:
         """On the loop thread: a task per key not already started; the oldest beyond the bound
         are cancelled (their results were not claimed: the order changed, or the epoch ended)."""
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(self.max_inflight or MIN_INFLIGHT)
+        self._semaphore()
         ahead = self._ahead
         self._ahead_calls += 1
         self._ahead_most = max(self._ahead_most, len(keys))
@@ -201,9 +200,14 @@ class Fetcher:
         while len(ahead) > AHEAD_KEEP * self._ahead_most:
             ahead.popitem(last=False)[1][0].cancel()
 
-    async def _fetch_all(self, keys: list[str], results: list[bytes | None], start: int) -> None:
+    def _semaphore(self) -> asyncio.Semaphore:
+        """The bound on this process's requests in flight, made on the loop thread on first use."""
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.max_inflight or MIN_INFLIGHT)
+        return self._sem
+
+    async def _fetch_all(self, keys: list[str], results: list[bytes | None], start: int) -> None:
+        self._semaphore()
         ahead = self._ahead
 
         async def one(i: int) -> None:
