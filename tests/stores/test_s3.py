@@ -164,6 +164,29 @@ def test_put_and_pickle(s3_data, s3_env):
     store.close()  # idempotent
 
 
+def test_whole_object_gets_empty_objects_and_servers_without_ranges(s3_data, s3_env, seaweed):
+    """One ranged GET per object; an empty object (416) and a server that ignores ``Range``
+    (200 instead of 206) fall back to plain GETs, with the exact bytes and request counts."""
+    url = f"s3://{s3_data.bucket}/ranges"
+    items = [("empty", b""), ("one", b"z"), ("big", bytes(range(256)) * 700)]
+    S3Store(url, **seaweed.store_options()).put_many(items)
+    keys = [k for k, _ in items]
+    want = [d for _, d in items]
+    for ignore_range, requests in ((False, [1, 2, 1]), (True, [2, 1, 1])):
+        with DelayProxy(seaweed.endpoint, ignore_range=ignore_range) as proxy:
+            store = S3Store(url, **seaweed.store_options(endpoint=proxy.endpoint), max_inflight=4)
+            counts = []
+            for key in ("one", "empty", "big"):  # one at a time: exact counts per key
+                before = store.stats()["store"]["requests"]
+                assert store.get_many([key]) == [dict(items)[key]]
+                counts.append(store.stats()["store"]["requests"] - before)
+            assert store.get_many(keys) == want
+            store.close()
+        # with ranges: 416 for the empty object costs it a second GET; without: the first
+        # object pays (so GETs are ranged), then plain GETs for all (the store remembers)
+        assert counts == requests, (ignore_range, counts)
+
+
 def test_bad_settings_are_rejected():
     with pytest.raises(ValueError, match="max_inflight=0"):
         S3Store("s3://bucket/prefix", max_inflight=0)

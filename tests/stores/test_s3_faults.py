@@ -11,7 +11,7 @@ import pytest
 
 import unstall
 from unstall.errors import SampleError
-from unstall.stores.s3_client import classify
+from unstall.stores.s3_errors import classify
 from unstall.testing import DelayProxy
 
 

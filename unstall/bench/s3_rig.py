@@ -1,9 +1,13 @@
-"""The `bench s3` rig: the delay proxy in its own process, and the no-loader GET ceiling."""
+"""The `bench s3` rig: the delay proxy in its own process, the no-loader GET ceiling, and
+pinning storage and loader to separate cores (as if the server were another machine)."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from unstall.testing import DelayProxy, SeaweedServer
@@ -71,6 +75,10 @@ class ProxyProcess:
             raise RuntimeError("delay proxy process did not start within 15 s")
         return f"http://127.0.0.1:{recv.recv()}"
 
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._proc.join(timeout=5)
@@ -83,3 +91,35 @@ def _proxy_child(upstream: str, delay: float, send: Any, stop: Any) -> None:
     with DelayProxy(upstream, delay=delay, record=False) as proxy:
         send.send(proxy.port)
         stop.wait()
+
+
+def split_cpus() -> tuple[set[int], set[int]] | None:
+    """Cores for (the loader, the storage side): storage gets the last, the loader the rest.
+
+    None with fewer than 2 cores. On this 2-core machine that is one core each.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    return (set(cpus[:-1]), {cpus[-1]}) if len(cpus) >= 2 else None
+
+
+@contextlib.contextmanager
+def pinned(cpus_of: dict[int, set[int]]) -> Iterator[None]:
+    """Every thread of each process ``pid`` runs on ``cpus_of[pid]`` inside the block.
+
+    Threads and processes started meanwhile inherit their creator's cores (forked
+    loader workers, new server threads); all threads get the old cores back after.
+    """
+    before = {pid: os.sched_getaffinity(pid) for pid in cpus_of}
+    try:
+        for pid, cpus in cpus_of.items():
+            _set_all(pid, cpus)
+        yield
+    finally:
+        for pid, cpus in before.items():
+            _set_all(pid, cpus)
+
+
+def _set_all(pid: int, cpus: set[int]) -> None:
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread that just ended
+            os.sched_setaffinity(int(tid), cpus)

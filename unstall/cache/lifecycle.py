@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -105,21 +105,15 @@ def open_or_create(
 
 def attach(path: str, *, owner: int, group: int) -> tuple[ShmCache, int] | None:
     """Map an existing segment from a worker (after fork); None if it is gone."""
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
-        return None
-    try:
-        cache = ShmCache(fd, path)
-    except ValueError:
-        os.close(fd)
+    cache = _map(path)
+    if not isinstance(cache, ShmCache):
         return None
     if not cache.valid():
         cache.close()
         return None
     pid = os.getpid()
     stamp = segment.process_stamp(pid)
-    with segment.locked(fd):
+    with segment.locked(cache.fd):
         slot = claim_slot(cache, pid=pid, owner=owner, group=group, stamp=stamp)
     return cache, slot
 
@@ -216,14 +210,8 @@ def release(cache: ShmCache, *, group: int) -> bool:
 
 def describe(path: str) -> dict[str, Any] | None:
     """What `unstall cache list` shows for one segment; None if it is not a valid one."""
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except (FileNotFoundError, PermissionError):
-        return None
-    try:
-        cache = ShmCache(fd, path)
-    except ValueError:
-        os.close(fd)
+    cache = _map(path, skip=(FileNotFoundError, PermissionError))
+    if not isinstance(cache, ShmCache):
         return None
     try:
         if not cache.valid():
@@ -239,7 +227,7 @@ def describe(path: str) -> dict[str, Any] | None:
             "used_bytes": cache.used_bytes(),
             "items_cached": int(cache.hdr[H_CACHED_ITEMS]),
             "items": cache.layout.n_items,
-            "file_bytes": os.fstat(fd).st_size,
+            "file_bytes": os.fstat(cache.fd).st_size,
             "users_alive": alive_owners(cache),
         }
     finally:
@@ -248,18 +236,15 @@ def describe(path: str) -> dict[str, Any] | None:
 
 def remove(path: str, *, force: bool = False) -> bool:
     """Unlink a segment if no live process uses it (or anyway with ``force``)."""
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
+    cache = _map(path)
+    if cache == "missing":
         return False
-    try:
-        cache = ShmCache(fd, path)
-    except ValueError:
-        os.close(fd)
+    if cache == "foreign":  # not a segment: a truncated file under our prefix
         os.unlink(path)
         return True
+    assert isinstance(cache, ShmCache)
     try:
-        with segment.locked(fd):
+        with segment.locked(cache.fd):
             if cache.valid() and alive_owners(cache) and not force:
                 return False
             with contextlib.suppress(FileNotFoundError):
@@ -267,3 +252,19 @@ def remove(path: str, *, force: bool = False) -> bool:
             return True
     finally:
         cache.close()
+
+
+def _map(
+    path: str, *, skip: tuple[type[OSError], ...] = (FileNotFoundError,)
+) -> ShmCache | Literal["missing", "foreign"]:
+    """Map the file at ``path``: the segment, ``"missing"`` (an error in ``skip`` on open)
+    or ``"foreign"`` (not a segment: too short, or another layout's header)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except skip:
+        return "missing"
+    try:
+        return ShmCache(fd, path)
+    except ValueError:
+        os.close(fd)
+        return "foreign"

@@ -17,7 +17,6 @@ import concurrent.futures
 import math
 import os
 import random
-import re
 import statistics
 import threading
 import time
@@ -27,6 +26,7 @@ from typing import TypeVar
 
 from unstall.errors import AccessDeniedError, MissingKeyError, StoreError
 from unstall.stores.s3_config import S3Settings
+from unstall.stores.s3_errors import classify, range_refused, short
 from unstall.stores.s3_stats import SharedStats
 
 T = TypeVar("T")
@@ -35,8 +35,9 @@ MIN_INFLIGHT, MAX_INFLIGHT = 16, 256
 AHEAD_KEEP = 2
 _COUNTS = ("requests", "retries", "errors", "bytes", "prefetched")
 PROBES = 3
-_STATUS = re.compile(r"status code: (\d{3})|status: (\d{3})")
 _RUNTIME_PID: int | None = None  # the process whose obstore runtime this memory holds
+#: The end of a byte range that covers any object: a ranged GET of [0, WHOLE) is the whole object.
+WHOLE = 1 << 62
 
 
 class Fetcher:
@@ -75,6 +76,7 @@ class Fetcher:
         self._ahead: OrderedDict[str, tuple[asyncio.Task[bytes], int]] = OrderedDict()
         self._ahead_calls = 0
         self._ahead_most = 0  # keys in the largest hint so far: the bound is a multiple of it
+        self._ranged = True  # whole objects by one ranged GET, until the server ignores ranges
 
     # Public, called from any thread of this process -----------------------------
     def get_many(self, keys: list[str]) -> list[bytes]:
@@ -235,6 +237,20 @@ class Fetcher:
         import obstore
 
         async def attempt() -> bytes:
+            if self._ranged:
+                # One call into the client instead of two (get, then read the body): about
+                # 40 % less client CPU per object (measured: 0.28 vs 0.46 ms for 75 KB).
+                # An open-ended range is the whole object (RFC 9110: the end is clamped).
+                try:
+                    data = await obstore.get_range_async(self.client, key, start=0, end=WHOLE)
+                    return bytes(data)
+                except Exception as exc:
+                    refused = range_refused(exc)
+                    if refused is None:
+                        raise
+                    if refused == "ignored":  # the server does not do ranges: plain GETs on
+                        self._ranged = False
+                    self._count("requests", 1)  # the plain GET below; 416 is per (empty) object
             result = await obstore.get_async(self.client, key)
             return bytes(await result.bytes_async())
 
@@ -270,7 +286,7 @@ class Fetcher:
                 if kind != "retry":
                     self._count("errors", 1)
                     raise self._error(kind, key, exc) from exc
-                last, last_desc = exc, _short(exc)
+                last, last_desc = exc, short(exc)
                 if time.perf_counter() - t0 >= 0.9 * s.timeout:
                     last_desc = f"timed out after timeout={s.timeout} s ({last_desc})"
         self._count("errors", 1)
@@ -294,14 +310,14 @@ class Fetcher:
         if kind == "denied":
             return AccessDeniedError(
                 f"access denied to key {key!r} in bucket {s.bucket!r} ({s.where(key)}): "
-                f"{_short(exc)}; check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE) and "
+                f"{short(exc)}; check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE) and "
                 "the bucket's policy",
                 key=key,
                 store=s.url,
             )
         return StoreError(
             f"request for key {key!r} in bucket {s.bucket!r} ({s.where(key)}) failed and is "
-            f"not retryable: {_short(exc)}",
+            f"not retryable: {short(exc)}",
             key=key,
             store=s.url,
         )
@@ -320,31 +336,3 @@ def _consume(task: asyncio.Task[bytes]) -> None:
     """Mark a look-ahead task's outcome as seen: an unclaimed failure is not an error."""
     if not task.cancelled():
         task.exception()
-
-
-def classify(exc: BaseException) -> str:
-    """``missing`` (404), ``denied`` (401/403), ``retry`` (timeout, reset, 5xx, 429), ``fatal``."""
-    import obstore.exceptions as oe
-
-    if isinstance(exc, FileNotFoundError):
-        return "missing"
-    if isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError, PermissionError)):
-        return "denied"
-    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, ConnectionError)):
-        return "retry"
-    if isinstance(exc, (oe.BaseError, OSError)):
-        match = _STATUS.search(str(exc))
-        if match:
-            status = int(match.group(1) or match.group(2))
-            if status in (401, 403):
-                return "denied"
-            if status == 404:
-                return "missing"
-            return "retry" if status >= 500 or status in (408, 429) else "fatal"
-        return "retry"  # no HTTP status: connection reset, truncated body, timeout
-    return "fatal"
-
-
-def _short(exc: BaseException | None) -> str:
-    text = f"{type(exc).__name__}: {exc}" if exc is not None else "none"
-    return text.split("\n", 1)[0][:300]

@@ -13,6 +13,11 @@ forwards the request and cuts the response after a few hundred bytes.
 
 Bodies with ``Transfer-Encoding: chunked`` switch that connection to plain
 pass-through (no more delays or faults on it).
+
+``ignore_range=True`` plays a server without range support: a ``206`` answer
+goes out as ``200`` without ``Content-Range`` (the request's ``Range`` header is
+signed, so it cannot be stripped). That is exact for ranges that cover the
+whole object, as unstall's whole-object GETs do.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class DelayProxy:
         faults: which faults to draw from (see module doc).
         seed: makes the choice of faulty requests repeatable.
         record: keep per-request-line counts and per-connection User-Agents.
+        ignore_range: answer range requests as a server that ignores ``Range`` (module doc).
     """
 
     def __init__(
@@ -77,6 +83,7 @@ class DelayProxy:
         faults: Sequence[str] = ("503", "reset"),
         seed: int = 0,
         record: bool = True,
+        ignore_range: bool = False,
     ):
         if isinstance(upstream, str):
             hostport = upstream.split("://", 1)[-1].split("/", 1)[0]
@@ -95,6 +102,7 @@ class DelayProxy:
         self.faults = tuple(faults)
         self.seed = seed
         self.record = record
+        self.ignore_range = ignore_range
         self.stats = ProxyStats()
         self.port = 0
         self._seen: collections.Counter = collections.Counter()
@@ -172,6 +180,14 @@ def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, owner:
     thread.join(timeout=5)
 
 
+def _as_full_response(data: bytes) -> bytes:
+    """A ``206`` response head (at the start of ``data``) rewritten as ``200`` without its range."""
+    end = data.find(b"\r\n\r\n")
+    _, _, headers = data[:end].partition(b"\r\n")
+    kept = [h for h in headers.split(b"\r\n") if not h.lower().startswith(b"content-range:")]
+    return b"\r\n".join([b"HTTP/1.1 200 OK", *kept]) + data[end:]
+
+
 class _Upstream(asyncio.Protocol):
     def __init__(self, client: _Client):
         self.client = client
@@ -185,6 +201,8 @@ class _Upstream(asyncio.Protocol):
             self.client.transport.write(data[: self.cut_after])
             self.client.abort()
             return
+        if self.client.proxy.ignore_range and data.startswith(b"HTTP/1.1 206"):
+            data = _as_full_response(data)
         self.client.transport.write(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
