@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import math
 import os
 import random
@@ -275,10 +276,8 @@ class Fetcher:
             self._count("requests", 1)
             t0 = time.perf_counter()
             try:
-                if sem is None:
-                    return await asyncio.wait_for(attempt(), s.timeout + 1.0)
-                async with sem:
-                    return await asyncio.wait_for(attempt(), s.timeout + 1.0)
+                async with sem or contextlib.nullcontext():
+                    return await _within(attempt(), s.timeout + 1.0)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -330,6 +329,14 @@ class Fetcher:
         with self._counts_lock:
             counts, self._counts = self._counts, dict.fromkeys(_COUNTS, 0)
         self.stats.add(**counts, **extra)
+
+
+async def _within(coro: Awaitable[T], seconds: float) -> T:
+    """``await coro`` for at most ``seconds``; on 3.11+ without wait_for's extra task per call."""
+    if hasattr(asyncio, "timeout"):
+        async with asyncio.timeout(seconds):
+            return await coro
+    return await asyncio.wait_for(coro, seconds)
 
 
 def _consume(task: asyncio.Task[bytes]) -> None:
