@@ -150,11 +150,19 @@ def test_loader_gpu_prep_matches_cpu_prep_boxes(jpeg_dir):
     loader = unstall.DataLoader(dataset, batch_size=8, device="cuda", num_workers=2)
     assert loader.prep == "gpu"
     batches = list(loader)
+    # the same boxes (same seed, workers, order) decoded and cropped by the CPU pieces
+    ref_pipeline = ImagePipeline(seed=5)
+    ref_set = unstall.ImageFolder(LocalStore(jpeg_dir), transform=ref_pipeline)
+    ref = unstall.DataLoader(
+        EncodedView(ref_set, ref_pipeline), batch_size=8, collate_fn=collate_encoded, num_workers=2
+    )
+    on_cpu = GpuPrep(ref_pipeline, cpu_decoder())
     assert len(batches) == 2
-    for x, y in batches:
+    for (x, y), (encoded, labels) in zip(batches, ref, strict=True):
         assert x.is_cuda and x.shape == (8, 3, 224, 224) and x.dtype == torch.float32
-        assert y.is_cuda and set(y.tolist()) <= {0, 1}
-        assert bool(torch.isfinite(x).all())
+        assert y.is_cuda and torch.equal(y.cpu(), labels)
+        want = on_cpu([encoded, labels], torch.device("cpu"))[0]
+        assert float((x.cpu() - want).abs().mean()) < 0.03  # decoders' IDCTs differ slightly
 
 
 @cuda
@@ -174,3 +182,27 @@ def test_loader_device_cuda_copies_and_normalizes(jpeg_dir):
     for (a, la), (b, lb) in zip(ref, got, strict=True):
         torch.testing.assert_close(b.cpu(), a, atol=1e-5, rtol=0)
         assert torch.equal(lb.cpu(), la)
+
+
+def test_nvimgcodec_decodes_like_the_cpu_decoder(jpeg_dir):
+    """The nvImageCodec adapter (its CPU backend without CUDA): RGB, CHW, None when rejected."""
+    pytest.importorskip("nvidia.nvimgcodec", reason="nvImageCodec: pip install 'unstall[gpu]'")
+    import simplejpeg
+
+    from unstall.gpu.decode import _nvimgcodec
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    decoder = _nvimgcodec(cpu_only=device.type == "cpu")
+    files = sorted(jpeg_dir.rglob("*.jpg"))
+    gray = simplejpeg.encode_jpeg(np.full((40, 60, 1), 77, np.uint8), colorspace="GRAY")
+    raw = [f.read_bytes() for f in files] + [b"\xff\xd8 not a jpeg" * 8, gray]
+    jpegs = [torch.from_numpy(np.frombuffer(r, np.uint8).copy()) for r in raw]
+    stream = torch.cuda.current_stream() if device.type == "cuda" else None
+    got = decoder.decode(jpegs, device, stream)
+    want = cpu_decoder().decode(jpegs, torch.device("cpu"), None)
+    assert got[-2] is None and want[-2] is None
+    assert got[-1].shape == (3, 40, 60) and int(got[-1].float().mean().round()) == 77
+    for g, w in zip(got[:-2], want[:-2], strict=True):
+        assert g.device.type == device.type and g.shape == w.shape and g.dtype == torch.uint8
+        diff = (g.cpu().int() - w.int()).abs()
+        assert int(diff.max()) <= 8 and float(diff.float().mean()) < 0.5

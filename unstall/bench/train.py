@@ -154,8 +154,9 @@ def gpu_prep_skip_reason(device: str) -> str | None:
         return "no CUDA on this machine: prep='gpu' decodes and augments on the GPU"
     from unstall.gpu.decode import pick_decoder
 
-    if pick_decoder() is None:
-        return "no GPU JPEG decoder: pip install 'unstall[gpu]' (nvImageCodec)"
+    why_not: list[str] = []
+    if pick_decoder(why_not) is None:
+        return f"no GPU JPEG decoder: pip install 'unstall[gpu]' ({'; '.join(why_not)})"
     return None
 
 

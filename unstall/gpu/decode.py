@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
 #: ``decode(jpegs, device, stream)`` -> one ``3 x H x W`` uint8 tensor per image, or None.
@@ -28,15 +30,18 @@ class GpuDecoder:
     decode: DecodeFn
 
 
-def pick_decoder() -> GpuDecoder | None:
-    """The best importable GPU JPEG decoder, or None (then prep falls back to the CPU)."""
-    for make in (_nvimgcodec, _torchvision):
+def pick_decoder(why_not: list[str] | None = None) -> GpuDecoder | None:
+    """The best importable GPU JPEG decoder, or None (then prep falls back to the CPU).
+
+    Each backend that cannot be used appends ``"name: reason"`` to ``why_not``, so
+    the one log line of the fallback can say what was missing.
+    """
+    for name, make in (("nvImageCodec", _nvimgcodec), ("torchvision", _torchvision)):
         try:
-            decoder = make()
-        except Exception:  # missing or broken optional library: try the next
-            continue
-        if decoder is not None:
-            return decoder
+            return make()
+        except Exception as exc:  # missing or broken optional library: try the next
+            if why_not is not None:
+                why_not.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]}")
     return None
 
 
@@ -60,30 +65,54 @@ def cpu_decoder() -> GpuDecoder:
     return GpuDecoder("cpu (simplejpeg)", decode)
 
 
-def _nvimgcodec() -> GpuDecoder | None:
+def _nvimgcodec(*, cpu_only: bool = False) -> GpuDecoder:
+    """nvImageCodec's batch decoder; ``cpu_only`` (tests without a GPU) uses its CPU backend."""
     from nvidia import nvimgcodec  # type: ignore[import-not-found]
 
-    decoder = nvimgcodec.Decoder()
-    params = nvimgcodec.DecodeParams(color_spec=nvimgcodec.ColorSpec.RGB)
-    source = getattr(nvimgcodec, "DecodeSource", None)
+    if cpu_only:
+        decoder = nvimgcodec.Decoder(
+            device_id=nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY,
+            backends=[nvimgcodec.Backend(nvimgcodec.BackendKind.CPU_ONLY)],
+        )
+    else:
+        decoder = nvimgcodec.Decoder()
+    params = rgb_params(nvimgcodec)
 
     def decode(
         jpegs: Sequence[torch.Tensor], device: torch.device, stream: object
     ) -> list[torch.Tensor | None]:
         handle = getattr(stream, "cuda_stream", 0)
-        arrays = [j.numpy() for j in jpegs]
-        if source is not None:  # nvImageCodec >= 0.5 takes DecodeSource objects
-            arrays = [source(a) for a in arrays]
-        images = decoder.decode(arrays, params=params, cuda_stream=handle)
-        return [
-            None if im is None else torch.as_tensor(im, device=device).permute(2, 0, 1)
-            for im in images
-        ]
+        images = decoder.decode([j.numpy() for j in jpegs], params=params, cuda_stream=handle)
+        return [None if im is None else _chw(im, device) for im in images]  # None: rejected
 
     return GpuDecoder("nvImageCodec", decode)
 
 
-def _torchvision() -> GpuDecoder | None:
+def rgb_params(nvimgcodec: Any) -> Any:
+    """Decode parameters for 3-channel interleaved RGB, also from grayscale or CMYK files.
+
+    nvImageCodec >= 0.5 names the colour space ``SRGB`` and the layout ``SampleFormat.I_RGB``
+    (without it a grayscale JPEG comes out with one channel); older ones ``ColorSpec.RGB``.
+    """
+    spec = nvimgcodec.ColorSpec
+    if hasattr(nvimgcodec, "SampleFormat"):
+        return nvimgcodec.DecodeParams(
+            color_spec=spec.SRGB, sample_format=nvimgcodec.SampleFormat.I_RGB
+        )
+    return nvimgcodec.DecodeParams(color_spec=spec.RGB)
+
+
+def _chw(image: Any, device: torch.device) -> torch.Tensor:
+    """An nvImageCodec ``H x W x 3`` image as a ``3 x H x W`` tensor on ``device``, no copy on GPU.
+
+    DLPack hands over the device buffer, synchronized with the current stream.
+    """
+    if device.type == "cuda":
+        return torch.from_dlpack(image).permute(2, 0, 1)
+    return torch.from_numpy(np.asarray(image.cpu())).permute(2, 0, 1).to(device)
+
+
+def _torchvision() -> GpuDecoder:
     from torchvision.io import ImageReadMode, decode_jpeg  # type: ignore[import-not-found]
 
     def decode(

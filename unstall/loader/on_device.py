@@ -93,11 +93,13 @@ def plan_prep(
     from unstall.gpu.decode import pick_decoder
     from unstall.gpu.prep import EncodedView, GpuPrep, collate_encoded
 
-    decoder = pick_decoder()
+    why_not: list[str] = []
+    decoder = pick_decoder(why_not)
     if decoder is None:
         log.warning(
             "prep='gpu' found no GPU JPEG decoder (pip install 'unstall[gpu]' for "
-            "nvImageCodec, or torchvision): preparing on the CPU workers"
+            "nvImageCodec, or torchvision): preparing on the CPU workers (%s)",
+            "; ".join(why_not),
         )
         return "cpu", dataset, collate_fn, None
     log.info("prep='gpu': decoding with %s on %s", decoder.name, device)
