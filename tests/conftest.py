@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,17 @@ class IdDataset(torch.utils.data.Dataset):
         if not 0 <= index < self.n:
             raise IndexError(index)
         return index
+
+
+def write_jpegs(root: Path, n: int, *, classes: int, seed: int) -> Path:
+    """``n`` synthetic JPEGs under ``root/c<class>/<i>.jpg`` (class ``i % classes``)."""
+    from unstall.data.synthetic import render_image
+
+    for i in range(n):
+        path = root / f"c{i % classes}" / f"{i:03d}.jpg"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(render_image(seed, i, classes=classes))
+    return root
 
 
 def flatten_ids(batches: list[Any]) -> list[int]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import unstall
-from unstall.data.synthetic import render_image
+from tests.conftest import write_jpegs
 from unstall.errors import SampleError
 from unstall.gpu.augment import crop_flip_normalize, pad_batch, reference_crop_flip_normalize
 from unstall.gpu.decode import cpu_decoder
@@ -66,12 +66,7 @@ def test_layout_dtype_and_shape_errors():
 
 @pytest.fixture(scope="module")
 def jpeg_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("jpegs")
-    for i in range(16):
-        path = root / f"c{i % 2}" / f"{i:03d}.jpg"
-        path.parent.mkdir(exist_ok=True)
-        path.write_bytes(render_image(11, i, classes=2))
-    return root
+    return write_jpegs(tmp_path_factory.mktemp("jpegs"), 16, classes=2, seed=11)
 
 
 def test_gpu_prep_pieces_on_cpu_through_workers_match_the_cpu_pipeline(jpeg_dir):

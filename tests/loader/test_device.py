@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import unstall
-from unstall.data.synthetic import render_image
+from tests.conftest import write_jpegs
 from unstall.loader.device import DeviceStage, NormalizeImages
 from unstall.loader.slots import leftover_slots
 from unstall.pipeline import ImagePipeline
@@ -20,12 +20,7 @@ from .test_slots import Images, check_batch
 
 @pytest.fixture(scope="module")
 def jpeg_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("jpegs")
-    for i in range(24):
-        path = root / f"c{i % 3}" / f"{i:03d}.jpg"
-        path.parent.mkdir(exist_ok=True)
-        path.write_bytes(render_image(7, i, classes=3))
-    return root
+    return write_jpegs(tmp_path_factory.mktemp("jpegs"), 24, classes=3, seed=7)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

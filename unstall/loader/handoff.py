@@ -9,6 +9,7 @@ value; `unpack` wraps them back as tensors without a copy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -54,23 +55,22 @@ def pack(batch: Any) -> Any:
         ):
             return Inline(batch.numpy())
         return batch
-    if type(batch) is tuple:
-        return tuple(pack(x) for x in batch)
-    if type(batch) is list:
-        return [pack(x) for x in batch]
-    if type(batch) is dict:
-        return {k: pack(v) for k, v in batch.items()}
-    return batch
+    return _each(pack, batch)
 
 
 def unpack(batch: Any) -> Any:
     """Undo `pack`: `Inline` arrays become tensors sharing their memory."""
     if type(batch) is Inline:
         return torch.from_numpy(batch.array)
+    return _each(unpack, batch)
+
+
+def _each(fn: Callable[[Any], Any], batch: Any) -> Any:
+    """``fn`` applied to each item of a tuple, list or dict batch (exact types); else the batch."""
     if type(batch) is tuple:
-        return tuple(unpack(x) for x in batch)
+        return tuple(fn(x) for x in batch)
     if type(batch) is list:
-        return [unpack(x) for x in batch]
+        return [fn(x) for x in batch]
     if type(batch) is dict:
-        return {k: unpack(v) for k, v in batch.items()}
+        return {k: fn(v) for k, v in batch.items()}
     return batch
