@@ -89,7 +89,7 @@ def _nvimgcodec(*, cpu_only: bool = False) -> GpuDecoder:
 
 
 def rgb_params(nvimgcodec: Any) -> Any:
-    """Decode parameters for 3-channel interleaved RGB, also from grayscale or CMYK files.
+    """Decode parameters for 3-channel interleaved RGB, also from grayscale files.
 
     nvImageCodec >= 0.5 names the colour space ``SRGB`` and the layout ``SampleFormat.I_RGB``
     (without it a grayscale JPEG comes out with one channel); older ones ``ColorSpec.RGB``.
