@@ -31,9 +31,8 @@ def classify(exc: BaseException) -> str:
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError, ConnectionError)):
         return "retry"
     if isinstance(exc, (oe.BaseError, OSError)):
-        match = _STATUS.search(str(exc))
-        if match:
-            status = int(match.group(1) or match.group(2))
+        status = http_status(exc)
+        if status is not None:
             if status in (401, 403):
                 return "denied"
             if status == 404:
@@ -48,15 +47,21 @@ def range_refused(exc: BaseException) -> str | None:
     an empty object has no byte 0), ``"ignored"`` (the server does not do ranges), else None."""
     if isinstance(exc, FileNotFoundError):
         return None
-    text = str(exc)
-    match = _STATUS.search(text)
-    if match and int(match.group(1) or match.group(2)) == 416:
+    if http_status(exc) == 416:
         return "empty"
+    text = str(exc)
     if any(m in text for m in _RANGE_IGNORED) or _UNEXPECTED_RANGE.search(text):
         return "ignored"
     return None
 
 
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status the client's message names, or None (no response: reset, timeout)."""
+    match = _STATUS.search(str(exc))
+    return int(match.group(1) or match.group(2)) if match else None
+
+
 def short(exc: BaseException | None) -> str:
+    """The exception's first line, type first, at most 300 characters (for error messages)."""
     text = f"{type(exc).__name__}: {exc}" if exc is not None else "none"
     return text.split("\n", 1)[0][:300]
