@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 import torch
@@ -9,9 +11,15 @@ import torch
 import unstall
 from tests.conftest import write_jpegs
 from unstall.errors import SampleError
-from unstall.gpu.augment import crop_flip_normalize, pad_batch, reference_crop_flip_normalize
+from unstall.gpu.augment import (
+    crop_flip_normalize,
+    pad_batch,
+    reference_crop_flip_normalize,
+    size_groups,
+)
 from unstall.gpu.decode import cpu_decoder
 from unstall.gpu.prep import ENCODED, EncodedView, GpuPrep, collate_encoded
+from unstall.loader.slots import leftover_slots
 from unstall.pipeline import ImagePipeline, decode_jpeg
 from unstall.stores import LocalStore
 
@@ -38,6 +46,35 @@ def test_batched_equals_per_image_reference(size):
     want = reference_crop_flip_normalize(ims, boxes, flips, size)
     assert got.shape == (5, 3, *size)
     torch.testing.assert_close(got, want, atol=5e-4, rtol=0)  # 0.03 grey levels
+
+
+def test_size_groups_cover_every_image_once_within_the_budget():
+    shapes = [(375, 500), (4000, 3000), (300, 200), (500, 375), (64, 80), (2000, 100), (224, 224)]
+    budget = 3 * 600 * 600
+    groups = size_groups(shapes, budget)
+    assert sorted(i for g in groups for i in g) == list(range(len(shapes)))
+    assert [1] in groups  # larger than the budget: alone
+    for g in groups:
+        padded = len(g) * 3 * max(shapes[i][0] for i in g) * max(shapes[i][1] for i in g)
+        assert padded <= budget or len(g) == 1
+    assert size_groups(shapes, 10**12) == [[1, 5, 0, 3, 2, 6, 4]]  # largest first, one group
+
+
+@pytest.mark.parametrize("max_elements", [1, 3 * 300 * 300, 10**9])
+def test_grouped_crops_equal_the_reference_in_input_order(max_elements):
+    ims, boxes = images(), torch.tensor(BOXES)
+    flips = torch.tensor([True, False, True, False, True])
+    got = crop_flip_normalize(ims, boxes, flips, (64, 48), max_elements=max_elements)
+    want = reference_crop_flip_normalize(ims, boxes, flips, (64, 48))
+    torch.testing.assert_close(got, want, atol=5e-4, rtol=0)
+
+
+def test_box_outside_its_image_is_an_error_naming_it():
+    ims = images()
+    boxes = torch.tensor(BOXES)
+    boxes[2] = torch.tensor([60, 0, 30, 20])  # image 2 is 80 wide
+    with pytest.raises(ValueError, match=r"box 2 .* \(60, 0, 30, 20\) is not inside its 80 x 64"):
+        crop_flip_normalize(ims, boxes, torch.zeros(5, dtype=torch.bool), (8, 8))
 
 
 def test_identity_box_returns_the_pixels_and_flip_mirrors():
@@ -201,3 +238,58 @@ def test_nvimgcodec_decodes_like_the_cpu_decoder(jpeg_dir):
         assert g.device.type == device.type and g.shape == w.shape and g.dtype == torch.uint8
         diff = (g.cpu().int() - w.int()).abs()
         assert int(diff.max()) <= 8 and float(diff.float().mean()) < 0.5
+
+
+@pytest.fixture
+def gpu_prep_on_cpu(monkeypatch):
+    """Make ``prep="gpu"`` run GPU prep's loader path on the CPU, with the CPU decoder."""
+    import unstall.loader.dataloader as module
+    from unstall.loader.on_device import gpu_prep_parts, plan_prep, standard_pipeline
+
+    def plan(prep, dataset, device, collate_fn):
+        if prep != "gpu":
+            return plan_prep(prep, dataset, device, collate_fn)
+        return gpu_prep_parts(dataset, standard_pipeline(dataset), cpu_decoder())
+
+    monkeypatch.setattr(module, "plan_prep", plan)
+
+
+@pytest.mark.parametrize(("num_workers", "zero_copy"), [(0, False), (2, False), (2, True)])
+def test_loader_gpu_prep_path_on_cpu_matches_cpu_prep(
+    jpeg_dir, gpu_prep_on_cpu, num_workers, zero_copy
+):
+    """Workers fetch bytes and draw boxes, the prep thread decodes + crops: CPU prep's output."""
+
+    def run(prep):
+        pipeline = ImagePipeline(seed=5)
+        dataset = unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline)
+        return unstall.DataLoader(
+            dataset,
+            batch_size=5,
+            shuffle=True,
+            seed=3,
+            device="cpu",
+            prep=prep,
+            num_workers=num_workers,
+            zero_copy=zero_copy,
+        )
+
+    loader = run("gpu")
+    assert loader.prep == "gpu"
+    for epoch in range(2):
+        got, want = list(loader), list(run("cpu") if epoch == 0 else [])
+        assert [b[0].shape for b in got] == [(5, 3, 224, 224)] * 3 + [(1, 3, 224, 224)]
+        labels = torch.cat([y for _, y in got])
+        assert sorted(labels.tolist()) == sorted(i % 2 for i in range(16))
+        if epoch == 0:  # same seed, order and workers: same boxes, decoded at full size
+            for (x, y), (x_cpu, y_cpu) in zip(got, want, strict=True):
+                assert torch.equal(y, y_cpu)
+                assert float((x - x_cpu).abs().mean()) < 0.08  # CPU prep uses DCT scaling
+    stats = loader.stats()
+    assert stats["samples"] == 32 and stats["epochs_completed"] == 2
+    if zero_copy:
+        zero = stats["zero_copy"]  # the first epoch's first tasks go out before slots exist
+        assert zero["slot_batches"] >= 4 and zero["spilled"] == 0
+        del loader
+        gc.collect()
+        assert leftover_slots() == []

@@ -11,6 +11,7 @@ import torch
 import unstall
 from tests.conftest import write_jpegs
 from unstall.loader.device import DeviceStage, NormalizeImages
+from unstall.loader.sampling import worker_base_seed
 from unstall.loader.slots import leftover_slots
 from unstall.pipeline import ImagePipeline
 from unstall.stores import LocalStore
@@ -126,3 +127,23 @@ def test_gpu_prep_rejects_non_standard_pipelines(jpeg_dir):
     ds = unstall.ImageFolder(LocalStore(jpeg_dir), raw=True)
     with pytest.raises(ValueError, match="prep='gpu' replaces the standard"):
         unstall.DataLoader(ds, prep="gpu")
+
+
+def test_worker_augmentation_follows_the_loader_seed_and_epoch(jpeg_dir):
+    """Workers' random streams come from (seed, epoch, rank): same seed, same crops."""
+
+    def epochs(seed, **kw):
+        pipeline = ImagePipeline(output="uint8", seed=2)
+        ds = unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline)
+        loader = unstall.DataLoader(ds, batch_size=6, seed=seed, num_workers=2, **kw)
+        return [torch.cat([x for x, _ in loader]) for _ in range(2)]
+
+    first, again = epochs(1), epochs(1)
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    assert not torch.equal(first[0], first[1])  # a new epoch draws new crops
+    assert not torch.equal(first[0], epochs(9)[0])
+    seeds = {worker_base_seed(seed=1, epoch=e, rank=r) for e in range(3) for r in range(3)}
+    assert len(seeds) == 9 and all(0 <= s < 2**63 for s in seeds)
+    torch.manual_seed(0)  # a user generator keeps torch's rule: base seed drawn from it
+    user = epochs(1, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(user[0], epochs(1, generator=torch.Generator().manual_seed(5))[0])

@@ -27,7 +27,7 @@ from unstall.loader.on_device import (
     plan_prep,
 )
 from unstall.loader.options import resolve_seed, resolve_world, validate
-from unstall.loader.sampling import OrderSpec, PlanSampler, UserBatchSampler
+from unstall.loader.sampling import OrderSpec, PlanSampler, UserBatchSampler, worker_base_seed
 from unstall.loader.slot_handoff import SlotHandoff, SlotSampler
 from unstall.loader.stats import LoaderStats, batch_size_of
 
@@ -180,6 +180,8 @@ class DataLoader:
             device_transform = default_device_transform(dataset, self.prep)
         self._device_transform = device_transform
         self._main_cpu = [0.0, 0]  # main-process CPU seconds in the loader, batches
+        # Without a user generator, workers' seeds follow (seed, epoch, rank): see __iter__.
+        self._worker_seeds = torch.Generator() if generator is None else None
         extra: dict[str, Any] = {}
         if not in_order:
             extra["in_order"] = in_order
@@ -193,7 +195,7 @@ class DataLoader:
             timeout=timeout,
             worker_init_fn=worker_init_fn,
             multiprocessing_context=multiprocessing_context,
-            generator=generator,
+            generator=generator if generator is not None else self._worker_seeds,
             prefetch_factor=prefetch_factor,
             persistent_workers=persistent_workers,
             pin_memory_device=pin_memory_device,
@@ -232,6 +234,9 @@ class DataLoader:
         stats.begin()
         if self._handoff is not None:
             self._handoff.begin_epoch()
+        if self._worker_seeds is not None:
+            base = worker_base_seed(seed=self.seed, epoch=epoch, rank=self.rank)
+            self._worker_seeds.manual_seed(base)
         torch_iter = iter(self._torch_loader)  # starts workers now, so they prefetch
         if self.device is not None:
             stage = DeviceStage(self.device, self._device_transform, prep=self._gpu_prep)

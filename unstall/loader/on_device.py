@@ -91,7 +91,6 @@ def plan_prep(
     if not on_gpu:
         raise ValueError(f"prep='gpu' needs a GPU device; got device={device}: pass device='cuda'")
     from unstall.gpu.decode import pick_decoder
-    from unstall.gpu.prep import EncodedView, GpuPrep, collate_encoded
 
     why_not: list[str] = []
     decoder = pick_decoder(why_not)
@@ -103,6 +102,13 @@ def plan_prep(
         )
         return "cpu", dataset, collate_fn, None
     log.info("prep='gpu': decoding with %s on %s", decoder.name, device)
+    return gpu_prep_parts(dataset, pipeline, decoder)
+
+
+def gpu_prep_parts(dataset: Any, pipeline: Any, decoder: Any) -> tuple[str, Any, Any, Any]:
+    """`plan_prep`'s answer for GPU prep with ``decoder`` (tests pass a CPU decoder)."""
+    from unstall.gpu.prep import EncodedView, GpuPrep, collate_encoded
+
     prep_fn = GpuPrep(pipeline, decoder, key_of=dataset.key)
     return "gpu", EncodedView(dataset, pipeline), collate_encoded, prep_fn
 

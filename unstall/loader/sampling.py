@@ -22,6 +22,16 @@ def epoch_permutation(n: int, *, seed: int, epoch: int) -> np.ndarray:
     return rng.permutation(n)
 
 
+def worker_base_seed(*, seed: int, epoch: int, rank: int) -> int:
+    """torch's worker base seed for an epoch, from (seed, epoch, rank) alone.
+
+    Workers seed their random streams (augmentation) from it, so two runs with the
+    same seed augment alike, while epochs and ranks differ.
+    """
+    state = np.random.SeedSequence([seed, epoch, rank, 0x5EED]).generate_state(2, np.uint32)
+    return (int(state[0]) << 31) ^ int(state[1])
+
+
 def shard(order: np.ndarray, *, rank: int, world_size: int) -> np.ndarray:
     """Rank ``rank``'s part of an epoch's order, like `DistributedSampler`.
 
