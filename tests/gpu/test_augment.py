@@ -17,7 +17,7 @@ from unstall.gpu.augment import (
     reference_crop_flip_normalize,
     size_groups,
 )
-from unstall.gpu.decode import cpu_decoder
+from unstall.gpu.decode import GpuDecoder, cpu_decoder
 from unstall.gpu.prep import ENCODED, EncodedView, GpuPrep, collate_encoded
 from unstall.loader.slots import leftover_slots
 from unstall.pipeline import ImagePipeline, decode_jpeg
@@ -161,6 +161,24 @@ def test_undecodable_image_raises_sample_error_naming_the_key(jpeg_dir):
     with pytest.raises(SampleError, match=r"sample 3 \(key 'c0/006.jpg'\)") as info:
         GpuPrep(pipeline, cpu_decoder(), key_of=dataset.key)(batch, torch.device("cpu"))
     assert info.value.index == 3 and info.value.key == "c0/006.jpg"
+
+
+def test_images_the_device_decoder_rejects_are_decoded_on_the_cpu(jpeg_dir):
+    pipeline = ImagePipeline(seed=4)
+    dataset = unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline)
+    view = EncodedView(dataset, pipeline)
+    batch = collate_encoded([view.prepare(i, view.fetch([i])[0]) for i in range(6)])
+    plain = cpu_decoder()
+    asked = []
+
+    def picky(jpegs, device, stream):  # a GPU decoder that rejects every other image
+        asked.append(len(jpegs))
+        out = plain.decode(jpegs, device, stream)
+        return [None if k % 2 else im for k, im in enumerate(out)]
+
+    want = GpuPrep(pipeline, plain)(batch, torch.device("cpu"))
+    got = GpuPrep(pipeline, GpuDecoder("picky", picky))(batch, torch.device("cpu"))
+    assert asked == [6] and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

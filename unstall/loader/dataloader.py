@@ -41,8 +41,9 @@ class DataLoader:
 
     Args:
         seed: the order of epoch ``e`` is a permutation derived only from
-            ``(seed, e)``, identical across restarts and processes. Default: drawn
-            from ``generator`` if given, else 0.
+            ``(seed, e)``, identical across restarts and processes; workers' random
+            streams (augmentation) follow ``(seed, e, rank)``. Default: drawn from
+            ``generator`` if given (which then seeds workers as in torch), else 0.
         rank, world_size: this process's shard of every epoch (like
             `DistributedSampler`); default from `torch.distributed` when it is
             initialized, else one shard.
