@@ -74,6 +74,8 @@ def test_train_reports_every_variant_and_the_ratio(tmp_path, monkeypatch):
     assert out["baseline"]["variant"] == TORCH
     assert out["unstall"]["samples_per_s"] == unstall
     assert [r["case"] for r in out["rows"]][:3] == [SYNTHETIC, TORCH, LEAN]
+    assert variants[LEAN]["main_cpu_ms_per_batch"] > 0 and variants[LEAN]["stage_ms_per_batch"] > 0
+    assert "stage_ms_per_batch" not in variants[TORCH]  # torch's loader has no stats
 
 
 def test_cli_passes_model_only_to_benchmarks_that_take_it(monkeypatch):

@@ -305,6 +305,11 @@ def test_loader_gpu_prep_path_on_cpu_matches_cpu_prep(
                 assert float((x - x_cpu).abs().mean()) < 0.08  # CPU prep uses DCT scaling
     stats = loader.stats()
     assert stats["samples"] == 32 and stats["epochs_completed"] == 2
+    assert stats["stage"]["count"] == 8 and [e["stage_s"] > 0 for e in stats["per_epoch"]] == [
+        True,
+        True,
+    ]
+    assert stats["main_cpu_s"] >= stats["stage_cpu_s"] > 0  # the prep thread's CPU counts
     if zero_copy:
         zero = stats["zero_copy"]  # the first epoch's first tasks go out before slots exist
         assert zero["slot_batches"] >= 4 and zero["spilled"] == 0

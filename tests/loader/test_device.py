@@ -41,6 +41,8 @@ def test_device_cpu_yields_identical_batches(num_workers):
     stats = loader.stats()
     assert stats["batches"] == 9 and stats["samples"] == 72
     assert stats["main_cpu_ms_per_batch"] > 0
+    assert stats["stage"]["count"] == 9 and stats["stage_cpu_s"] > 0  # copy + transform
+    assert "stage" not in run()[1].stats()  # no device: no device stage
     if num_workers:
         assert stats["zero_copy"]["slot_batches"] > 0
     del loader

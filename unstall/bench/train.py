@@ -214,7 +214,8 @@ def run_with(s: TrainSettings, *, console: Any = None) -> BenchResult:
         fixed = (images.contiguous(memory_format=_LAST), labels)
         runs = {SYNTHETIC: train(trainer, iter(lambda: fixed, None), s)}
         say(f"  {SYNTHETIC:18s} {_rate(runs[SYNTHETIC]):10,.1f} samples/s (G)")
-        skipped = {}
+        skipped: dict[str, str] = {}
+        host: dict[str, dict[str, float]] = {}
         for name, make in variants(s, store).items():
             reason = gpu_prep_skip_reason(s.device) if name == GPU_PREP else None
             if reason is not None:
@@ -223,14 +224,32 @@ def run_with(s: TrainSettings, *, console: Any = None) -> BenchResult:
                 continue
             loader = make()
             runs[name] = train(trainer, iter(loader), s)  # dropping the iterator stops workers
+            if isinstance(loader, DataLoader):
+                host[name] = host_costs(loader.stats())
             getattr(loader, "close", lambda: None)()
             del loader
             gc.collect()
             rate, g_rate = _rate(runs[name]), _rate(runs[SYNTHETIC])
-            say(f"  {name:18s} {rate:10,.1f} samples/s, {rate / g_rate:.2f} of G")
+            cost = host.get(name)
+            extra = (
+                f"; per batch: main-process CPU {cost['main_cpu_ms_per_batch']:.1f} ms, "
+                f"device stage {cost['stage_ms_per_batch']:.1f} ms"
+                if cost
+                else ""
+            )
+            say(f"  {name:18s} {rate:10,.1f} samples/s, {rate / g_rate:.2f} of G{extra}")
     finally:
         torch.backends.cudnn.benchmark = benchmark_flag
-    return _result(s, runs, skipped, where)
+    return _result(s, runs, skipped, where, host)
+
+
+def host_costs(stats: dict[str, Any]) -> dict[str, float]:
+    """The training process's CPU per batch and the device stage's host time per batch [ms]."""
+    stage = stats.get("stage", {})
+    return {
+        "main_cpu_ms_per_batch": stats["main_cpu_ms_per_batch"],
+        "stage_ms_per_batch": stage.get("mean_ms", 0.0),
+    }
 
 
 def _rate(run: tuple[int, float, float]) -> float:
@@ -242,6 +261,7 @@ def _result(
     runs: dict[str, tuple[int, float, float]],
     skipped: dict[str, str],
     where: str,
+    host: dict[str, dict[str, float]],
 ) -> BenchResult:
     g_rate, torch_rate = _rate(runs[SYNTHETIC]), _rate(runs[TORCH])
     figures, rows = {}, []
@@ -259,6 +279,7 @@ def _result(
             "fraction_of_G": round(m.samples_per_s / g_rate, 4),
             "ratio_vs_torch": round(vs_torch, 4),
             "host_wait_s": round(wait, 6),
+            **host.get(name, {}),
         }
         ratio = None if name == TORCH else vs_torch
         rows.append(

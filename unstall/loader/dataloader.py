@@ -240,7 +240,9 @@ class DataLoader:
             self._worker_seeds.manual_seed(base)
         torch_iter = iter(self._torch_loader)  # starts workers now, so they prefetch
         if self.device is not None:
-            stage = DeviceStage(self.device, self._device_transform, prep=self._gpu_prep)
+            stage = DeviceStage(
+                self.device, self._device_transform, prep=self._gpu_prep, timed=stats.add_stage
+            )
             return iterate_on_device(
                 torch_iter,
                 position,
@@ -338,6 +340,8 @@ class DataLoader:
         out = self._stats.as_dict()
         out["num_workers"] = self.num_workers
         cpu_s, batches = self._main_cpu
+        if self._gpu_prep is not None:  # its decode + augment thread is main-process CPU too
+            cpu_s += self._stats.stage_cpu_s
         out["main_cpu_s"] = round(cpu_s, 6)
         out["main_cpu_ms_per_batch"] = round(1e3 * cpu_s / batches, 4) if batches else 0.0
         if self._handoff is not None:

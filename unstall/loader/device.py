@@ -12,6 +12,7 @@ one batch ahead, so its host-side work overlaps the step too.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -124,10 +125,12 @@ class DeviceStage:
         transform: DeviceTransform | None = None,
         *,
         prep: Callable[[Any, torch.device], Any] | None = None,
+        timed: Callable[[float, float], None] | None = None,
     ):
         self.device = device
         self.transform = transform
         self.prep = prep
+        self.timed = timed  # gets (wall s, CPU s) of each batch's host-side work
         self.cuda = device.type == "cuda"
         self.stream = torch.cuda.Stream(device) if self.cuda else None
         self._copying: deque[tuple[Any, Any]] = deque()  # (copy event, host batch)
@@ -155,6 +158,14 @@ class DeviceStage:
             self._pool = None
 
     def _run(self, batch: Any) -> tuple[Any, Any]:
+        if self.timed is None:
+            return self._work(batch)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        out = self._work(batch)
+        self.timed(time.perf_counter() - t0, time.thread_time() - c0)
+        return out
+
+    def _work(self, batch: Any) -> tuple[Any, Any]:
         if not self.cuda:  # a real copy: the slot is free once ``batch`` is dropped
             out = self.prep(batch, self.device) if self.prep else _to(batch, self.device, True)
             del batch

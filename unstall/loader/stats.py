@@ -50,13 +50,18 @@ class LoaderStats:
     ``wait``: seconds the training loop waited inside ``__next__`` per batch (the
     data stall). ``fetch``/``prep``: seconds a worker spent getting raw bytes /
     decoding, augmenting and collating per batch (fetch is 0 when the dataset
-    does not separate the two). ``wall_s``: seconds between the first request of
-    an iteration and the last batch handed out, summed over iterations.
+    does not separate the two). ``stage``/``stage_cpu_s``: host seconds (wall, and
+    CPU in total) per batch of the device stage: starting the copy and the device
+    transform, and with ``prep="gpu"`` decoding and augmenting on its own thread.
+    ``wall_s``: seconds between the first request of an iteration and the last
+    batch handed out, summed over iterations.
     """
 
     wait: Series = field(default_factory=Series)
     fetch: Series = field(default_factory=Series)
     prep: Series = field(default_factory=Series)
+    stage: Series = field(default_factory=Series)
+    stage_cpu_s: float = 0.0
     samples: int = 0
     epochs_completed: int = 0
     wall_s: float = 0.0
@@ -80,6 +85,7 @@ class LoaderStats:
             "wait_s": self.wait.total,
             "fetch_s": self.fetch.total,
             "prep_s": self.prep.total,
+            **({"stage_s": self.stage.total} if self.stage.count else {}),
             **sources,
         }
         record = _delta(now, self._epoch_mark)
@@ -104,8 +110,19 @@ class LoaderStats:
             "wait": self.wait.summary(),
             "fetch": self.fetch.summary(),
             "prep": self.prep.summary(),
+            **self._stage_summary(),
             "per_epoch": self.per_epoch,
         }
+
+    def add_stage(self, wall_s: float, cpu_s: float) -> None:
+        """One batch through the device stage (called from its thread when it has one)."""
+        self.stage.add(wall_s)
+        self.stage_cpu_s += cpu_s
+
+    def _stage_summary(self) -> dict[str, Any]:
+        if not self.stage.count:
+            return {}
+        return {"stage": self.stage.summary(), "stage_cpu_s": round(self.stage_cpu_s, 6)}
 
 
 def _delta(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
