@@ -163,7 +163,7 @@ def test_undecodable_image_raises_sample_error_naming_the_key(jpeg_dir):
     assert info.value.index == 3 and info.value.key == "c0/006.jpg"
 
 
-def test_images_the_device_decoder_rejects_are_decoded_on_the_cpu(jpeg_dir):
+def test_images_the_device_decoder_rejects_or_misshapes_are_decoded_on_the_cpu(jpeg_dir):
     pipeline = ImagePipeline(seed=4)
     dataset = unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline)
     view = EncodedView(dataset, pipeline)
@@ -171,9 +171,10 @@ def test_images_the_device_decoder_rejects_are_decoded_on_the_cpu(jpeg_dir):
     plain = cpu_decoder()
     asked = []
 
-    def picky(jpegs, device, stream):  # a GPU decoder that rejects every other image
+    def picky(jpegs, device, stream):  # rejects every other image, shrinks image 2
         asked.append(len(jpegs))
         out = plain.decode(jpegs, device, stream)
+        out[2] = out[2][:, :16, :16]  # a size that cannot hold its box (as if turned by EXIF)
         return [None if k % 2 else im for k, im in enumerate(out)]
 
     want = GpuPrep(pipeline, plain)(batch, torch.device("cpu"))
@@ -234,6 +235,20 @@ def test_loader_device_cuda_copies_and_normalizes(jpeg_dir):
         assert torch.equal(lb.cpu(), la)
 
 
+def rotated_by_exif() -> bytes:
+    """A 60 x 40 JPEG whose EXIF orientation (6) asks viewers to turn it a quarter."""
+    import io
+
+    from PIL import Image
+
+    image = Image.fromarray(np.random.default_rng(3).integers(0, 255, (40, 60, 3), np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    out = io.BytesIO()
+    image.save(out, "JPEG", exif=exif.tobytes())
+    return out.getvalue()
+
+
 def test_nvimgcodec_decodes_like_the_cpu_decoder(jpeg_dir):
     """The nvImageCodec adapter (its CPU backend without CUDA): RGB, CHW, None when rejected."""
     pytest.importorskip("nvidia.nvimgcodec", reason="nvImageCodec: pip install 'unstall[gpu]'")
@@ -245,12 +260,13 @@ def test_nvimgcodec_decodes_like_the_cpu_decoder(jpeg_dir):
     decoder = _nvimgcodec(cpu_only=device.type == "cpu")
     files = sorted(jpeg_dir.rglob("*.jpg"))
     gray = simplejpeg.encode_jpeg(np.full((40, 60, 1), 77, np.uint8), colorspace="GRAY")
-    raw = [f.read_bytes() for f in files] + [b"\xff\xd8 not a jpeg" * 8, gray]
+    raw = [f.read_bytes() for f in files] + [rotated_by_exif(), b"\xff\xd8 not a jpeg" * 8, gray]
     jpegs = [torch.from_numpy(np.frombuffer(r, np.uint8).copy()) for r in raw]
     stream = torch.cuda.current_stream() if device.type == "cuda" else None
     got = decoder.decode(jpegs, device, stream)
     want = cpu_decoder().decode(jpegs, torch.device("cpu"), None)
     assert got[-2] is None and want[-2] is None
+    assert want[-3].shape == (3, 40, 60)  # EXIF says rotate; neither decoder does (boxes fit)
     assert got[-1].shape == (3, 40, 60) and int(got[-1].float().mean().round()) == 77
     for g, w in zip(got[:-2], want[:-2], strict=True):
         assert g.device.type == device.type and g.shape == w.shape and g.dtype == torch.uint8

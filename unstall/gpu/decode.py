@@ -89,17 +89,21 @@ def _nvimgcodec(*, cpu_only: bool = False) -> GpuDecoder:
 
 
 def rgb_params(nvimgcodec: Any) -> Any:
-    """Decode parameters for 3-channel interleaved RGB, also from grayscale files.
+    """Decode parameters for 3-channel interleaved RGB, also from grayscale files, unrotated.
 
     nvImageCodec >= 0.5 names the colour space ``SRGB`` and the layout ``SampleFormat.I_RGB``
     (without it a grayscale JPEG comes out with one channel); older ones ``ColorSpec.RGB``.
+    EXIF orientation is not applied (nvImageCodec's default applies it): the crop box is
+    drawn from the header's size, and the CPU path (like torchvision's) never rotates.
     """
     spec = nvimgcodec.ColorSpec
     if hasattr(nvimgcodec, "SampleFormat"):
         return nvimgcodec.DecodeParams(
-            color_spec=spec.SRGB, sample_format=nvimgcodec.SampleFormat.I_RGB
+            apply_exif_orientation=False,
+            color_spec=spec.SRGB,
+            sample_format=nvimgcodec.SampleFormat.I_RGB,
         )
-    return nvimgcodec.DecodeParams(color_spec=spec.RGB)
+    return nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=spec.RGB)
 
 
 def _chw(image: Any, device: torch.device) -> torch.Tensor:

@@ -118,8 +118,8 @@ def _encode(images: list[EncodedImage]) -> dict[str, torch.Tensor]:
 class GpuPrep:
     """Decode + crop + flip + normalize an encoded batch on ``device``; labels copied along.
 
-    Images the decoder rejects are decoded on the CPU; if that fails too, a
-    `SampleError` names the sample's index and key.
+    Images the decoder rejects (or returns in a size that does not hold the crop box)
+    are decoded on the CPU; if that fails too, a `SampleError` names the index and key.
     """
 
     def __init__(
@@ -146,9 +146,9 @@ class GpuPrep:
         jpegs = [data[a:b] for a, b in itertools.pairwise(bounds)]
         stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
         decoded = self.decoder.decode(jpegs, device, stream)
-        indices = encoded["indices"].tolist()
+        indices, boxes = encoded["indices"].tolist(), encoded["boxes"].tolist()
         images = [
-            im if im is not None else self._on_cpu(jpegs[i], indices[i], device)
+            im if _holds(im, boxes[i]) else self._on_cpu(jpegs[i], indices[i], device)
             for i, im in enumerate(decoded)
         ]
         return crop_flip_normalize(
@@ -173,6 +173,14 @@ class GpuPrep:
                 key=key,
             ) from exc
         return torch.from_numpy(image).permute(2, 0, 1).to(device)
+
+
+def _holds(image: torch.Tensor | None, box: list[int]) -> bool:
+    """Whether a decoded image holds its crop box (a decoder that rotated it does not)."""
+    if image is None:
+        return False
+    left, top, width, height = box
+    return left + width <= image.shape[-1] and top + height <= image.shape[-2]
 
 
 def _to(x: Any, device: torch.device) -> Any:
