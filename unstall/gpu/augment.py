@@ -134,18 +134,19 @@ def _resample_crops(
                 f"is not inside its {width} x {height} image"
             )
         crops.append(im[:, top : top + h, left : left + w])
-    device = images[0].device
-    out = torch.empty((len(crops), 3, *size), dtype=torch.float32, device=device)
-    groups = size_groups([tuple(c.shape[-2:]) for c in crops], max_elements)
+    device, flips = images[0].device, flips.cpu()
+    groups = size_groups([(int(c.shape[-2]), int(c.shape[-1])) for c in crops], max_elements)
+    out: torch.Tensor | None = None
     for group in groups:
         index = torch.tensor(group, dtype=torch.int64)
-        whole = [[0, 0, crops[i].shape[-1], crops[i].shape[-2]] for i in group]
-        resampled = _resample(
-            pad_batch([crops[i] for i in group]), torch.tensor(whole), flips.cpu()[index], size
-        )
+        whole = torch.tensor([[0, 0, crops[i].shape[-1], crops[i].shape[-2]] for i in group])
+        resampled = _resample(pad_batch([crops[i] for i in group]), whole, flips[index], size)
         if len(groups) == 1 and group == sorted(group):
-            return resampled
+            return resampled  # one group in input order: nothing to reassemble
+        if out is None:
+            out = torch.empty((len(crops), 3, *size), dtype=torch.float32, device=device)
         out.index_copy_(0, to_device(index, device), resampled)
+    assert out is not None
     return out
 
 
