@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from unstall.pipeline import IMAGENET_MEAN, IMAGENET_STD
+from unstall.pipeline.transforms import normalize_affine
 
 
 def pad_batch(images: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -105,14 +106,17 @@ def crop_flip_normalize(
     else:
         out = _resample_crops(images, boxes, flips, size, max_elements)
     if mean is not None and std is not None:
-        m = torch.tensor(mean, dtype=torch.float64)
-        s = torch.tensor(std, dtype=torch.float64)
-        mul = (1.0 / (255.0 * s)).to(torch.float32).view(1, -1, 1, 1).to(out.device)
-        add = (-m / s).to(torch.float32).view(1, -1, 1, 1).to(out.device)
+        mul, add = normalize_affine(tuple(mean), tuple(std), out.device)
         out = out.mul_(mul).add_(add)
     if channels_last:
         out = out.contiguous(memory_format=torch.channels_last)
     return out if dtype == torch.float32 else out.to(dtype)
+
+
+def box_inside(box: Sequence[int], height: int, width: int) -> bool:
+    """Whether ``box`` (left, top, width, height) is non-empty and inside the image."""
+    left, top, w, h = box
+    return w >= 1 and h >= 1 and left >= 0 and top >= 0 and left + w <= width and top + h <= height
 
 
 def _resample_crops(
@@ -128,7 +132,7 @@ def _resample_crops(
     crops = []
     for i, (im, (left, top, w, h)) in enumerate(zip(images, boxes.tolist(), strict=True)):
         height, width = int(im.shape[-2]), int(im.shape[-1])
-        if w < 1 or h < 1 or left < 0 or top < 0 or left + w > width or top + h > height:
+        if not box_inside((left, top, w, h), height, width):
             raise ValueError(
                 f"box {i} (left, top, width, height) = {(left, top, w, h)} "
                 f"is not inside its {width} x {height} image"

@@ -20,7 +20,7 @@ import torch
 import torch.utils.data
 
 from unstall.errors import SampleError
-from unstall.gpu.augment import crop_flip_normalize
+from unstall.gpu.augment import box_inside, crop_flip_normalize
 from unstall.gpu.decode import GpuDecoder
 from unstall.pipeline.crop import Box, random_resized_crop_box
 from unstall.pipeline.decode import decode_jpeg, image_size
@@ -177,10 +177,7 @@ class GpuPrep:
 
 def _holds(image: torch.Tensor | None, box: list[int]) -> bool:
     """Whether a decoded image holds its crop box (a decoder that rotated it does not)."""
-    if image is None:
-        return False
-    left, top, width, height = box
-    return left + width <= image.shape[-1] and top + height <= image.shape[-2]
+    return image is not None and box_inside(box, image.shape[-2], image.shape[-1])
 
 
 def _to(x: Any, device: torch.device) -> Any:

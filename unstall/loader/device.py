@@ -73,7 +73,6 @@ class NormalizeImages:
         self.mean, self.std = tuple(mean), tuple(std)
         self.channels_last = channels_last
         self.dtype = dtype
-        self._affine: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __call__(self, batch: Any) -> Any:
         if isinstance(batch, torch.Tensor):
@@ -95,13 +94,9 @@ class NormalizeImages:
 
     def affine(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """``mul, add`` with ``x * mul + add == (x / 255 - mean) / std``, cached per device."""
-        if device not in self._affine:
-            m = torch.tensor(self.mean, dtype=torch.float64)
-            s = torch.tensor(self.std, dtype=torch.float64)
-            mul = (1.0 / (255.0 * s)).to(torch.float32).view(-1, 1, 1)
-            add = (-m / s).to(torch.float32).view(-1, 1, 1)
-            self._affine[device] = (mul.to(device), add.to(device))
-        return self._affine[device]
+        from unstall.pipeline.transforms import normalize_affine  # lazy: keeps import light
+
+        return normalize_affine(self.mean, self.std, device)
 
     def __repr__(self) -> str:
         return (

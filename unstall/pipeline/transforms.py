@@ -109,7 +109,7 @@ class ImagePipeline:
             out = out.flip(-1)
         if self.output == "uint8":
             return out
-        mul, add = _affine(self.mean, self.std, _CPU)
+        mul, add = normalize_affine(self.mean, self.std, _CPU)
         return out.to(torch.float32).mul_(mul).add_(add)
 
     def normalize(
@@ -169,13 +169,13 @@ def normalize_batch(
         batch = batch.to(device, non_blocking=True)
     if channels_last:
         batch = batch.contiguous(memory_format=torch.channels_last)
-    mul, add = _affine(mean, std, batch.device)
+    mul, add = normalize_affine(tuple(mean), tuple(std), batch.device)
     out = batch.to(torch.float32).mul_(mul).add_(add)
     return out if dtype == torch.float32 else out.to(dtype)
 
 
 @functools.lru_cache(maxsize=16)
-def _affine(
+def normalize_affine(
     mean: tuple[float, ...], std: tuple[float, ...], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``x * mul + add`` == ``(x / 255 - mean) / std``, one multiply and one add per value.
