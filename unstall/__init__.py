@@ -3,6 +3,7 @@
 from unstall.data import FileDataset, ImageFolder
 from unstall.errors import SampleError, StoreError
 from unstall.loader import DataLoader
+from unstall.loader.swap import patch_torch
 from unstall.stores import LocalStore, Store, open_store
 
 __version__ = "0.1.0"
@@ -31,4 +32,5 @@ __all__ = [
     "Store",
     "StoreError",
     "open_store",
+    "patch_torch",
 ]

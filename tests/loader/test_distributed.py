@@ -14,10 +14,15 @@ dist.init_process_group("gloo")
 class D(torch.utils.data.Dataset):
     def __len__(self): return 90
     def __getitem__(self, i): return i
-loader = unstall.DataLoader(D(), batch_size=4, shuffle=True, seed=7, num_workers=1)
+rank, world = dist.get_rank(), dist.get_world_size()
+loader = unstall.DataLoader(
+    D(), batch_size=4, shuffle=True, seed=7, num_workers=1, rank=rank, world_size=world
+)
 loader.set_epoch(2)
 ids = [i for b in loader for i in b.tolist()]
-print(json.dumps({"rank": dist.get_rank(), "world": loader.world_size, "ids": ids}))
+# Without rank/world_size, as torch's loader, every rank sees the whole dataset.
+whole = [i for b in unstall.DataLoader(D(), batch_size=4) for i in b.tolist()]
+print(json.dumps({"rank": rank, "world": loader.world_size, "ids": ids, "whole": whole}))
 dist.destroy_process_group()
 """
 

@@ -1,72 +1,71 @@
-"""`unstall.DataLoader`: torch's DataLoader interface, with known order, resume and stats.
+"""`unstall.DataLoader`: torch's DataLoader, with known order, resume and stats on top.
 
-Worker processes, pinning, timeouts and worker-death detection are torch's own
-(`torch.utils.data.DataLoader`, well tested): unstall hands it one task per
-*batch* (a `PlanSampler` of index lists and a `BatchTask`), so storage sees whole
-batches, and wraps the iterator to time the consumer's waits.
+It is a subclass of torch's class (``isinstance`` checks, ``DataLoader[T]``, frozen
+attributes all behave as torch's). Every argument first builds a torch loader, so
+bad options get torch's own errors and the attributes torch exposes get torch's
+values. Map-style datasets then run on unstall's machinery (`build.py`): torch's
+workers get one task per *batch*. Other datasets (iterable, or without a length)
+run on that torch loader itself, with the training loop's waits timed.
 """
 
 from __future__ import annotations
 
-import time
-import weakref
-from collections.abc import Callable, Iterator
-from typing import Any
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import torch
 import torch.utils.data
-from torch.utils.data import BatchSampler, Sampler
+from torch.utils.data import Sampler
 
+from unstall.loader import hooks
+from unstall.loader.build import build_machinery
 from unstall.loader.device import DeviceStage, resolve_device
-from unstall.loader.fetch import BatchTask, FetchLayer, SplitDataset
-from unstall.loader.handoff import unpack
-from unstall.loader.on_device import (
-    declared_batch_bytes,
-    default_device_transform,
-    iterate_on_device,
-    plan_prep,
-)
-from unstall.loader.options import resolve_seed, resolve_world, validate
-from unstall.loader.sampling import OrderSpec, PlanSampler, UserBatchSampler, worker_base_seed
-from unstall.loader.slot_handoff import SlotHandoff, SlotSampler
-from unstall.loader.stats import LoaderStats, batch_size_of
+from unstall.loader.iterate import EpochIterator, PassthroughIterator, SizedIterator
+from unstall.loader.on_device import iterate_on_device
+from unstall.loader.options import resolve_seed, resolve_world
+from unstall.loader.sampling import OrderView, worker_base_seed
+from unstall.loader.stats import LoaderStats
+from unstall.loader.swap import TorchDataLoader
 
 STATE_VERSION = 1
+T_co = TypeVar("T_co", covariant=True)
+
+#: unstall's own arguments: not for iterable datasets, which torch's machinery runs.
+_EXTRAS = ("seed", "rank", "world_size", "cache", "device", "device_transform", "prep", "zero_copy")
 
 
-class DataLoader:
-    """A drop-in `torch.utils.data.DataLoader` for map-style datasets.
-
-    Same arguments and behaviour as torch's where they exist, plus:
+class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
+    """A drop-in `torch.utils.data.DataLoader`: same arguments, same behaviour, plus:
 
     Args:
         seed: the order of epoch ``e`` is a permutation derived only from
             ``(seed, e)``, identical across restarts and processes; workers' random
             streams (augmentation) follow ``(seed, e, rank)``. Default: drawn from
-            ``generator`` if given (which then seeds workers as in torch), else 0.
+            ``generator`` if given, else ``torch.initial_seed()`` (so
+            ``torch.manual_seed`` fixes it, as it fixes torch's shuffling), or 0
+            with ``world_size > 1`` (as `DistributedSampler`).
         rank, world_size: this process's shard of every epoch (like
-            `DistributedSampler`); default from `torch.distributed` when it is
-            initialized, else one shard.
+            `DistributedSampler`); default: one shard, as torch's loader.
         cache: an `unstall.Cache` (or any object with ``bind(dataset)``) that serves
             raw bytes before the dataset's store is asked.
         device: None (batches stay on the host), ``"cpu"``, ``"cuda"`` or a
             `torch.device`: batches are copied there on a side stream, one batch
             ahead, so the copy overlaps the training step.
-        device_transform: a callable applied to each batch on ``device``, on the
-            copy's stream. Default: `NormalizeImages` (to float, normalized with the
-            pipeline's mean/std) when the dataset uses ``ImagePipeline(output="uint8")``.
+        device_transform: a callable applied to each batch on ``device``. Default:
+            `NormalizeImages` when the dataset uses ``ImagePipeline(output="uint8")``.
         prep: ``"cpu"`` (workers decode and augment) or ``"gpu"`` (workers only fetch;
             decode, crop, flip and normalize run batched on the GPU). Default: ``"gpu"``
             when ``device`` is a GPU and the dataset uses the standard `ImagePipeline`.
         zero_copy: workers write batches into shared-memory slots the main process
             wraps without copying (default: on with workers, off with ``pin_memory``
-            and no ``device``, so torch pins as before). A slot is reused only once
-            nothing references its batch (and its copy to ``device`` is done), so
-            kept batches stay intact; later batches then take torch's path.
+            and no ``device``, so torch pins as before).
 
-    Each ``iter()`` runs one epoch: epoch numbers advance by themselves, or are
-    set with `set_epoch`. `state_dict` records the position (epoch, batches
-    handed out); `load_state_dict` makes the next ``iter()`` continue from there.
+    Each ``iter()`` runs one epoch: epoch numbers advance by themselves, or are set
+    with `set_epoch`. `state_dict` records the position; `load_state_dict` makes the
+    next ``iter()`` continue from there. Extra keyword arguments can also come from
+    the JSON file named by ``$UNSTALL_CONFIG`` (what ``unstall run --config`` sets).
     """
 
     def __init__(
@@ -98,152 +97,126 @@ class DataLoader:
         prep: str | None = None,
         zero_copy: bool | None = None,
     ):
-        validate(
-            dataset,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            sampler=sampler,
-            batch_sampler=batch_sampler,
-            num_workers=num_workers,
-            drop_last=drop_last,
-            timeout=timeout,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-        )
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.num_workers = num_workers
-        self.drop_last = drop_last
-        self.seed = resolve_seed(seed, generator)
-        self.rank, self.world_size = resolve_world(rank, world_size)
-
-        unbatched = batch_size is None and batch_sampler is None
-        if batch_sampler is not None or sampler is not None:
-            if batch_sampler is None:
-                batch_sampler = BatchSampler(sampler, batch_size or 1, drop_last)
-            self._sampler: PlanSampler | UserBatchSampler = UserBatchSampler(batch_sampler)
-            self.order: OrderSpec | None = None
-        else:
-            self.order = OrderSpec(
-                num_samples=len(dataset),
-                batch_size=batch_size or 1,
-                shuffle=bool(shuffle),
-                drop_last=drop_last,
-                seed=self.seed,
-                rank=self.rank,
-                world_size=self.world_size,
-            )
-            self._sampler = PlanSampler(self.order, lookahead=_lookahead(dataset, num_workers))
-
-        if collate_fn is None:
-            collate_fn = (
-                torch.utils.data.default_convert if unbatched else torch.utils.data.default_collate
-            )
-        self.device = resolve_device(device)
-        if device_transform is not None and (self.device is None or not callable(device_transform)):
-            raise ValueError(
-                f"device_transform={device_transform!r} needs a callable and a device: "
-                "pass device='cuda' (or 'cpu') with it"
-            )
-        self.prep, task_dataset, collate_fn, gpu_prep = plan_prep(
-            prep, dataset, self.device, collate_fn
-        )
-        zero_copy = _check_zero_copy(zero_copy, num_workers, pin_memory and self.device is None)
-        zero_copy = zero_copy and not unbatched
-        if self.device is not None or zero_copy:
-            pin_memory = False  # the device stage pins (slots are page-locked once)
-        self.collate_fn = collate_fn
-        self._fetch_layer: FetchLayer | None = cache.bind(dataset) if cache is not None else None
-        self._stats_sources: list[Callable[[], dict[str, Any]]] = []
-        for part in (self._fetch_layer, getattr(dataset, "store", None)):
-            if part is not None and callable(getattr(part, "stats", None)):
-                self._stats_sources.append(part.stats)
-        self._task = BatchTask(
-            task_dataset,
-            collate_fn,
-            fetch_layer=self._fetch_layer,
-            unbatched=unbatched,
-            pack=num_workers > 0 and not pin_memory,
-            slots=bool(zero_copy),
-        )
-        self._unpack = self._task.pack
-        self._handoff: SlotHandoff | None = None
-        sampler: Sampler = self._sampler
-        if zero_copy:
-            depth = (prefetch_factor or 2) * num_workers + 4
-            cuda = self.device is not None and self.device.type == "cuda"
-            declared = declared_batch_bytes(dataset, batch_size, self.prep)
-            self._handoff = handoff = SlotHandoff(depth, batch_bytes=declared, cuda_register=cuda)
-            weakref.finalize(self, handoff.close)
-            sampler = SlotSampler(self._sampler, handoff)
-        self._gpu_prep = gpu_prep
-        if device_transform is None and self.device is not None:
-            device_transform = default_device_transform(dataset, self.prep)
-        self._device_transform = device_transform
-        self._main_cpu = [0.0, 0]  # main-process CPU seconds in the loader, batches
-        # Without a user generator, workers' seeds follow (seed, epoch, rank): see __iter__.
-        self._worker_seeds = torch.Generator() if generator is None else None
-        extra: dict[str, Any] = {}
-        if not in_order:
-            extra["in_order"] = in_order
-        self._torch_loader = torch.utils.data.DataLoader(
-            self._task,
-            batch_size=None,
-            sampler=sampler,
-            num_workers=num_workers,
-            collate_fn=_identity,
-            pin_memory=pin_memory,
-            timeout=timeout,
-            worker_init_fn=worker_init_fn,
-            multiprocessing_context=multiprocessing_context,
-            generator=generator if generator is not None else self._worker_seeds,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-            pin_memory_device=pin_memory_device,
-            **extra,
-        )
+        a = dict(locals())
+        for name in ("self", "dataset", "__class__"):
+            a.pop(name, None)
+        a.update(_config_overrides())
+        torch_args = {k: v for k, v in a.items() if k not in _EXTRAS}
+        # torch checks the options and sets the attributes it exposes, exactly as its own.
+        shadow = TorchDataLoader(dataset, **torch_args)
+        self.__dict__.update(shadow.__dict__)
+        self.__dict__["_DataLoader__initialized"] = False
         self._stats = LoaderStats()
+        self._main_cpu = [0.0, 0]  # main-process CPU seconds in the loader, batches
+        self._stats_sources: list[Callable[[], dict[str, Any]]] = []
         self._next_epoch = 0
         self._pending_start = 0
+        self._epoch_set = False
         self._position: list[int] | None = None  # [epoch, batches handed out] of the last iter
+        self._passthrough = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
+            dataset, "__len__"
+        )
+        if self._passthrough:
+            given = [k for k in _EXTRAS if a[k] is not None]
+            if given:
+                raise ValueError(
+                    f"{given[0]}={a[given[0]]!r} needs a map-style dataset with __len__ and "
+                    f"__getitem__; {type(dataset).__name__} is run by torch's own machinery"
+                )
+            self._inner = shadow
+            self.seed, self.rank, self.world_size, self.device, self.prep = None, 0, 1, None, "cpu"
+            self.order = None
+            self._handoff = None
+            self._gpu_prep = None
+        else:
+            self.rank, self.world_size = resolve_world(rank, world_size)
+            self._seed_given = seed is not None or generator is not None
+            self.seed = resolve_seed(seed, generator, self.world_size)
+            a.update(seed=self.seed, rank=self.rank, world_size=self.world_size)
+            self.device = resolve_device(a["device"])
+            m = build_machinery(self, dataset, a, self.device)
+            self.order = m.order
+            self._sampler = m.sampler
+            self.prep = m.prep
+            self.collate_fn = m.collate_fn
+            self._fetch_layer = m.fetch_layer
+            self._stats_sources.extend(m.stats_sources)
+            self._task = m.task
+            self._unpack = m.task.pack
+            self._handoff = m.handoff
+            self._gpu_prep = m.gpu_prep
+            self._device_transform = m.device_transform
+            self._worker_seeds = m.worker_seeds
+            self._inner = m.torch_loader
+            if self.order is not None:  # loader.sampler shows the known order
+                self.sampler = OrderView(self._order, lambda: self._next_epoch)
+                self.batch_sampler = (
+                    torch.utils.data.BatchSampler(self.sampler, batch_size, drop_last)
+                    if batch_size is not None
+                    else None
+                )
+        self.__dict__["_DataLoader__initialized"] = True
+        if hooks.observed():
+            hooks.notify_created(self)
 
     # Order ---------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Make the next ``iter()`` run epoch ``epoch`` (keeps a loaded mid-epoch position)."""
+        """Make the next ``iter()`` run epoch ``epoch`` (keeps a loaded mid-epoch position).
+
+        A user sampler with ``set_epoch`` (e.g. `DistributedSampler`) is told too.
+        """
         if epoch < 0:
             raise ValueError(f"epoch={epoch} must be >= 0")
         if epoch != self._next_epoch:
             self._pending_start = 0
         self._next_epoch = epoch
+        self._epoch_set = True
 
     @property
     def epoch(self) -> int:
         """The epoch the next ``iter()`` will run."""
         return self._next_epoch
 
+    def _order(self) -> Any:
+        """The order spec, following a dataset that grew or shrank since the last call."""
+        order = self.order
+        if order is not None and order.num_samples != len(self.dataset):
+            self.order = order = replace(order, num_samples=len(self.dataset))
+            self._sampler.spec = order  # type: ignore[union-attr]
+        return order
+
     def __len__(self) -> int:
-        if self.order is not None:
-            return self.order.num_batches()
+        if self._passthrough:
+            return len(self._inner)
+        order = self._order()
+        if order is not None:
+            return order.num_batches()
         return len(self._sampler.batch_sampler)  # type: ignore[union-attr,arg-type]
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Any:  # an iterator with a length, like torch's
+        if self._passthrough:
+            return PassthroughIterator(self, iter(self._inner), self._stats)
+        self._order()
         epoch, start = self._next_epoch, self._pending_start
         self._next_epoch, self._pending_start = epoch + 1, 0
-        self._sampler.configure(epoch, start)
+        self._sampler.configure(epoch, start, forward_epoch=self._epoch_set)
+        self._epoch_set = False
         self._position = position = [epoch, start]
         stats = self._stats
-        stats.begin()
         if self._handoff is not None:
             self._handoff.begin_epoch()
         if self._worker_seeds is not None:
             base = worker_base_seed(seed=self.seed, epoch=epoch, rank=self.rank)
             self._worker_seeds.manual_seed(base)
-        torch_iter = iter(self._torch_loader)  # starts workers now, so they prefetch
+        length = len(self._sampler)
+        torch_iter = iter(self._inner)  # starts workers now, so they prefetch
+        end = lambda: stats.close_epoch(position[0], self._source_stats())  # noqa: E731
         if self.device is not None:
+            stats.begin()
             stage = DeviceStage(
                 self.device, self._device_transform, prep=self._gpu_prep, timed=stats.add_stage
             )
-            return iterate_on_device(
+            gen = iterate_on_device(
                 torch_iter,
                 position,
                 stats,
@@ -251,47 +224,20 @@ class DataLoader:
                 handoff=self._handoff,
                 unpack_inline=self._unpack,
                 main_cpu=self._main_cpu,
-                on_epoch_end=lambda: stats.close_epoch(position[0], self._source_stats()),
+                on_epoch_end=end,
             )
-        return self._iterate(torch_iter, position, stats)
-
-    def _iterate(
-        self, torch_iter: Iterator[Any], position: list[int], stats: LoaderStats
-    ) -> Iterator[Any]:
-        handoff, cpu = self._handoff, self._main_cpu
-        if handoff is not None and handoff.size == 0:
-            handoff = None  # slots not worth it for these batches: inline unpacking only
-        batch: Any = None
-        try:
-            while True:
-                batch = None  # this frame must not keep the last batch's slot taken
-                if handoff is not None:
-                    handoff.reclaim()  # slots of batches nothing references any more
-                t0, c0 = time.perf_counter(), time.thread_time()
-                try:
-                    batch, (fetch_s, prep_s) = next(torch_iter)
-                except StopIteration:
-                    break
-                if handoff is not None:
-                    batch = handoff.receive(batch)
-                elif self._unpack:
-                    batch = unpack(batch)
-                stats.wait.add(time.perf_counter() - t0)
-                stats.fetch.add(fetch_s)
-                stats.prep.add(prep_s)
-                stats.samples += batch_size_of(batch)
-                position[1] += 1
-                cpu[0] += time.thread_time() - c0
-                cpu[1] += 1
-                yield batch
-            stats.epochs_completed += 1
-            stats.close_epoch(position[0], self._source_stats())
-        except BaseException as exc:
-            if handoff is not None and not isinstance(exc, GeneratorExit):
-                handoff.retire()  # e.g. a worker died: its slots may never come back
-            raise
-        finally:
-            stats.end()
+            return SizedIterator(self, gen, length, stats)
+        return EpochIterator(
+            self,
+            torch_iter,
+            length,
+            position,
+            stats,
+            handoff=self._handoff,
+            unpack_inline=self._unpack,
+            main_cpu=self._main_cpu,
+            on_epoch_end=end,
+        )
 
     def close(self) -> None:
         """Free the loader's shared-memory slots now (also done when it is collected)."""
@@ -301,6 +247,7 @@ class DataLoader:
     # Resume --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The loader's position as JSON-safe ints: where the next batch would come from."""
+        self._need_map_style("state_dict")
         if self._position is None:
             epoch, done = self._next_epoch, self._pending_start
         else:
@@ -319,13 +266,19 @@ class DataLoader:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` at the next ``iter()``: the exact remaining batches."""
+        """Continue from ``state`` at the next ``iter()``: the exact remaining batches.
+
+        A loader made without ``seed`` (or ``generator``) takes the saved seed.
+        """
+        self._need_map_style("load_state_dict")
         missing = {"epoch", "batches_done", "seed"} - set(state)
         if missing:
             raise ValueError(f"loader state lacks keys {sorted(missing)}; got {sorted(state)}")
+        if not self._seed_given and state["seed"] != self.seed:
+            self._adopt_seed(int(state["seed"]))
         for key in ("seed", "num_samples", "batch_size", "world_size", "rank"):
-            if key in state and state[key] != getattr(self, key, len(self.dataset)):
-                mine = len(self.dataset) if key == "num_samples" else getattr(self, key)
+            mine = len(self.dataset) if key == "num_samples" else getattr(self, key)
+            if key in state and state[key] != mine:
                 raise ValueError(
                     f"loader state has {key}={state[key]!r} but this loader has {key}={mine!r}; "
                     "resume with the same dataset, seed, batch size and world size"
@@ -333,6 +286,19 @@ class DataLoader:
         self._next_epoch = int(state["epoch"])
         self._pending_start = int(state["batches_done"])
         self._position = None
+
+    def _adopt_seed(self, seed: int) -> None:
+        self.seed = seed
+        if self.order is not None:
+            self.order = replace(self.order, seed=seed)
+            self._sampler.spec = self.order  # type: ignore[union-attr]
+
+    def _need_map_style(self, what: str) -> None:
+        if self._passthrough:
+            raise TypeError(
+                f"{what}() needs a map-style dataset; {type(self.dataset).__name__} is iterable "
+                "(or has no __len__), so its position is its own to keep"
+            )
 
     # Stats ---------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -366,30 +332,14 @@ class DataLoader:
         self._stats_sources.append(source)
 
 
-def _identity(x: Any) -> Any:
-    return x
+def _config_overrides() -> dict[str, Any]:
+    """Keyword arguments from ``$UNSTALL_CONFIG`` (a JSON file with a ``kwargs`` object)."""
+    path = os.environ.get("UNSTALL_CONFIG")
+    if not path:
+        return {}
+    from unstall.loader.config import load_overrides
+
+    return load_overrides(path)
 
 
-def _lookahead(dataset: Any, num_workers: int) -> int:
-    """How far ahead each task names the next batch of its worker: 0 unless the store prefetches."""
-    store = getattr(dataset, "store", None)
-    if num_workers > 0 and getattr(store, "prefetches", False) and hasattr(dataset, "prefetch"):
-        return num_workers
-    return 0
-
-
-def _check_zero_copy(zero_copy: bool | None, num_workers: int, host_pinning: bool) -> bool:
-    """Resolve ``zero_copy``: on by default with workers, unless torch must pin host batches."""
-    if zero_copy is None:
-        return num_workers > 0 and not host_pinning
-    if zero_copy and num_workers == 0:
-        raise ValueError("zero_copy=True needs num_workers > 0 (slots carry worker batches)")
-    if zero_copy and host_pinning:
-        raise ValueError(
-            "zero_copy=True with pin_memory=True: slot batches are not pinned; pass "
-            "device='cuda' (slots are page-locked once) or zero_copy=False"
-        )
-    return bool(zero_copy)
-
-
-__all__ = ["DataLoader", "SplitDataset"]
+__all__ = ["DataLoader"]

@@ -14,7 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch.utils.data
 
-from unstall.errors import SampleError
+from unstall.errors import SampleError, UnstallError
+from unstall.loader.failures import add_note, describe, failure_from, mark_task_error
 from unstall.loader.handoff import pack
 from unstall.loader.sampling import Planned
 from unstall.loader.slot_writer import SlotWriter
@@ -64,27 +65,59 @@ class BatchTask(torch.utils.data.Dataset):
         self.writer = SlotWriter() if slots and not unbatched else None
         self.split = isinstance(dataset, SplitDataset)
         self.batched_get = getattr(dataset, "__getitems__", None)
+        self._step = "loading"  # what the running task does: named in error notes
+        self._index: int | None = None  # the sample being loaded or prepared, if one at a time
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, task: Any) -> tuple[Any, tuple[float, float]]:
-        """``task``: a list of indices, or ``(indices, SlotRef)`` to collate into that slot."""
+        """``task``: a list of indices, or ``(indices, SlotRef)`` to collate into that slot.
+
+        A failure comes back as a `TaskFailure` from a worker process (the training
+        loop re-raises it, the iterator stays usable) and is raised here in the main
+        process; either way with the dataset's own exception type and a note naming
+        the sample, or as `SampleError` for unstall's own datasets.
+        """
         ref = None
         if type(task) is tuple:
             task, ref = task
-        indices: list[int] = task
+        self._index = None
+        try:
+            return self._run(task, ref)
+        except Exception as exc:
+            error, note, index, key = self._explain(exc, list(task))
+            if torch.utils.data.get_worker_info() is None:
+                add_note(error, note)
+                mark_task_error(error)
+                if error is exc:
+                    raise
+                raise error from exc
+            if error is exc:
+                return failure_from(exc, note, index, key, ref), (0.0, 0.0)
+            try:
+                raise error from exc
+            except Exception:
+                return failure_from(error, note, index, key, ref), (0.0, 0.0)
+
+    def _run(self, indices: list[int], ref: Any) -> tuple[Any, tuple[float, float]]:
         t0 = time.perf_counter()
         if self.split:
-            if type(task) is Planned:
-                self._prefetch(indices + task.ahead)
+            if type(indices) is Planned:
+                self._prefetch(indices + indices.ahead)
+            self._step = "fetching"
             raws = self._fetch(indices)
             t1 = time.perf_counter()
-            prepare = self.dataset.prepare
-            samples = [prepare(i, raw) for i, raw in zip(indices, raws, strict=True)]
+            self._step = "preparing"
+            prepare, samples = self.dataset.prepare, []
+            for i, raw in zip(indices, raws, strict=True):
+                self._index = i
+                samples.append(prepare(i, raw))
         else:
             t1 = t0
+            self._step = "loading"
             samples = self._load_plain(indices)
+        self._step = "collating"
         if ref is not None and self.writer is not None:
             batch = self.writer.collate(samples, self.collate_fn, ref)
             return batch, (t1 - t0, time.perf_counter() - t1)
@@ -93,15 +126,27 @@ class BatchTask(torch.utils.data.Dataset):
             batch = pack(batch)
         return batch, (t1 - t0, time.perf_counter() - t1)
 
+    def _explain(
+        self, exc: Exception, indices: list[int]
+    ) -> tuple[Exception, str, int | None, str | None]:
+        """(the exception to raise, its note, the culprit index and key) for a failed task."""
+        step = self._step
+        if isinstance(exc, SampleError):
+            index, key = exc.index, exc.key
+            return exc, describe(step, index, key, indices), index, key
+        if step == "collating":
+            return exc, describe(step, None, None, indices), None, None
+        index = self._index if self._index is not None else _culprit(exc, self.dataset, indices)
+        key = _key_of(self.dataset, index)
+        if step == "fetching" or isinstance(exc, UnstallError):  # unstall's own store or data
+            error = _sample_error(exc, index, key, indices, step)
+            return error, describe(step, index, key, indices), index, key
+        return exc, describe(step, index, key, indices), index, key
+
     def _fetch(self, indices: list[int]) -> list[bytes]:
-        try:
-            if self.fetch_layer is not None:
-                return self.fetch_layer.fetch(self.dataset, indices)
-            return self.dataset.fetch(indices)
-        except SampleError:
-            raise
-        except Exception as exc:
-            raise _name_culprit(exc, self.dataset, indices, "fetching") from exc
+        if self.fetch_layer is not None:
+            return self.fetch_layer.fetch(self.dataset, indices)
+        return self.dataset.fetch(indices)
 
     def _prefetch(self, indices: list[int]) -> None:
         """Start this batch's and the next one's fetches (a hint: failures surface in fetch)."""
@@ -112,40 +157,49 @@ class BatchTask(torch.utils.data.Dataset):
                 self.dataset.prefetch(indices)
 
     def _load_plain(self, indices: list[int]) -> list[Any]:
-        try:
-            if self.batched_get is not None:
-                return list(self.batched_get(indices))
-            return [self.dataset[i] for i in indices]
-        except SampleError:
-            raise
-        except Exception as exc:
-            raise _name_culprit(exc, self.dataset, indices, "loading") from exc
-
-
-def _name_culprit(exc: Exception, dataset: Any, indices: list[int], step: str) -> SampleError:
-    """Build a `SampleError` naming the index (and key) whose loading fails alone."""
-    culprit = getattr(exc, "index", None)
-    if culprit is None and len(indices) == 1:
-        culprit = indices[0]
-    if culprit is None:
+        if self.batched_get is not None:
+            return list(self.batched_get(indices))
+        samples, dataset = [], self.dataset
         for i in indices:
-            try:
-                if isinstance(dataset, SplitDataset):
-                    dataset.fetch([i])
-                else:
-                    dataset[i]
-            except Exception:
-                culprit = i
-                break
-    key = None
-    if culprit is not None and hasattr(dataset, "key"):
+            self._index = i
+            samples.append(dataset[i])
+        return samples
+
+
+def _culprit(exc: Exception, dataset: Any, indices: list[int]) -> int | None:
+    """The index whose loading fails alone (``exc.index`` if it names one)."""
+    culprit = getattr(exc, "index", None)
+    if isinstance(culprit, int):
+        return culprit
+    if len(indices) == 1:
+        return indices[0]
+    for i in indices:
         try:
-            key = dataset.key(culprit)
+            if isinstance(dataset, SplitDataset):
+                dataset.fetch([i])
+            else:
+                dataset[i]
         except Exception:
-            key = None
-    where = f"sample {culprit}" if culprit is not None else f"batch of indices {indices}"
+            return i
+    return None
+
+
+def _key_of(dataset: Any, index: int | None) -> str | None:
+    if index is None or not hasattr(dataset, "key"):
+        return None
+    try:
+        return dataset.key(index)
+    except Exception:
+        return None
+
+
+def _sample_error(
+    exc: Exception, index: int | None, key: str | None, indices: list[int], step: str
+) -> SampleError:
+    """A `SampleError` naming the index (and key) whose loading fails alone."""
+    where = f"sample {index}" if index is not None else f"batch of indices {indices}"
     if key is not None:
         where += f" (key {key!r})"
     return SampleError(
-        f"error while {step} {where}: {type(exc).__name__}: {exc}", index=culprit, key=key
+        f"error while {step} {where}: {type(exc).__name__}: {exc}", index=index, key=key
     )

@@ -17,6 +17,7 @@ import torch
 import torch.utils.data
 
 from unstall.loader.device import DeviceStage
+from unstall.loader.failures import raise_if_failed
 from unstall.loader.handoff import unpack
 from unstall.loader.slot_handoff import SlotHandoff
 from unstall.loader.stats import LoaderStats, batch_size_of
@@ -140,6 +141,7 @@ def iterate_on_device(
                 batch, (fetch_s, prep_s) = next(torch_iter)
             except StopIteration:
                 batch = None
+            raise_if_failed(batch, handoff)
             if handoff is not None:
                 handoff.reclaim()
             if batch is not None:

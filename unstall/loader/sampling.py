@@ -110,7 +110,7 @@ class PlanSampler(torch.utils.data.Sampler):
         self.epoch = 0
         self.start = 0
 
-    def configure(self, epoch: int, start: int) -> None:
+    def configure(self, epoch: int, start: int, *, forward_epoch: bool = False) -> None:
         self.epoch, self.start = epoch, start
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -155,6 +155,24 @@ def _planned(indices: list[int], ahead: list[int]) -> Planned:
     return batch
 
 
+class OrderView(torch.utils.data.Sampler):
+    """``loader.sampler`` for a loader with a known order: the indices of the epoch the
+    next ``iter()`` runs, in order (torch's loaders expose their sampler the same way)."""
+
+    def __init__(self, spec: Any, epoch: Any):
+        self._spec = spec  # callables: the current OrderSpec, the next epoch
+        self._epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._spec().indices(self._epoch()).tolist())
+
+    def __len__(self) -> int:
+        spec = self._spec()
+        if spec.world_size == 1:
+            return spec.num_samples
+        return math.ceil(spec.num_samples / spec.world_size)
+
+
 class UserBatchSampler(torch.utils.data.Sampler):
     """Batches from a user's sampler or batch sampler, skipping ``start`` batches on resume.
 
@@ -167,8 +185,12 @@ class UserBatchSampler(torch.utils.data.Sampler):
         self.epoch = 0
         self.start = 0
 
-    def configure(self, epoch: int, start: int) -> None:
+    def configure(self, epoch: int, start: int, *, forward_epoch: bool = False) -> None:
+        """Skip ``start`` batches; with ``forward_epoch`` (the user called the loader's
+        ``set_epoch``) also tell the user's sampler, which torch never does by itself."""
         self.epoch, self.start = epoch, start
+        if not forward_epoch:
+            return
         for target in (self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
             if hasattr(target, "set_epoch"):
                 target.set_epoch(epoch)

@@ -85,6 +85,12 @@ class SlotHandoff:
             self._open(self.size)
         return batch
 
+    def release_slot(self, pool: int, index: int) -> None:
+        """Give back the slot of a task that failed before writing to it."""
+        owner = self.pools.get(pool)
+        if owner is not None:
+            owner.release(index)
+
     def reclaim(self) -> None:
         """Free the slots whose batches nothing references any more (call at each request)."""
         in_use = self._in_use

@@ -26,6 +26,11 @@ class Series:
         self.count += 1
         self.total += value
 
+    @property
+    def last(self) -> float:
+        """The latest value added (0 before any)."""
+        return float(self._values[(self.count - 1) % len(self._values)]) if self.count else 0.0
+
     def summary(self) -> dict[str, float]:
         """count, total [s], mean/p50/p90/p99/max [ms]."""
         kept = self._values[: min(self.count, len(self._values))]

@@ -1,0 +1,170 @@
+"""Building a map-style loader's machinery: order, batch tasks, slots, device wiring.
+
+`build_machinery` turns the user's arguments into the parts `DataLoader` runs:
+the batch sampler handed to torch's workers, the `BatchTask` they execute, the
+zero-copy slots and the inner torch loader (always torch's real class).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils.data
+from torch.utils.data import BatchSampler, Sampler
+
+from unstall.loader.fetch import BatchTask, FetchLayer
+from unstall.loader.on_device import declared_batch_bytes, default_device_transform, plan_prep
+from unstall.loader.sampling import OrderSpec, PlanSampler, UserBatchSampler
+from unstall.loader.slot_handoff import SlotHandoff, SlotSampler
+from unstall.loader.swap import TorchDataLoader
+
+
+@dataclass
+class Machinery:
+    """The running parts of one map-style loader (built once, at construction)."""
+
+    order: OrderSpec | None
+    sampler: PlanSampler | UserBatchSampler
+    prep: str
+    collate_fn: Callable[[Any], Any]
+    fetch_layer: FetchLayer | None
+    task: BatchTask
+    handoff: SlotHandoff | None
+    gpu_prep: Any
+    device_transform: Callable[[Any], Any] | None
+    worker_seeds: torch.Generator | None
+    torch_loader: Any
+    stats_sources: list[Callable[[], dict[str, Any]]]
+
+
+def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) -> Machinery:
+    """Everything a map-style loader runs, from its arguments ``a`` (torch's and unstall's).
+
+    ``owner`` (the loader) only anchors the slots' finalizer: they are freed with it.
+    """
+    batch_size, sampler, batch_sampler = a["batch_size"], a["sampler"], a["batch_sampler"]
+    num_workers = a["num_workers"]
+    unbatched = batch_size is None and batch_sampler is None
+    order: OrderSpec | None = None
+    if batch_sampler is not None or sampler is not None:
+        if batch_sampler is None:
+            batch_sampler = BatchSampler(sampler, batch_size or 1, a["drop_last"])
+        plan: PlanSampler | UserBatchSampler = UserBatchSampler(batch_sampler)
+    else:
+        order = OrderSpec(
+            num_samples=len(dataset),
+            batch_size=batch_size or 1,
+            shuffle=bool(a["shuffle"]),
+            drop_last=a["drop_last"],
+            seed=a["seed"],
+            rank=a["rank"],
+            world_size=a["world_size"],
+        )
+        plan = PlanSampler(order, lookahead=_lookahead(dataset, num_workers))
+
+    collate_fn = a["collate_fn"]
+    if collate_fn is None:
+        collate_fn = (
+            torch.utils.data.default_convert if unbatched else torch.utils.data.default_collate
+        )
+    device_transform = a["device_transform"]
+    if device_transform is not None and (device is None or not callable(device_transform)):
+        raise ValueError(
+            f"device_transform={device_transform!r} needs a callable and a device: "
+            "pass device='cuda' (or 'cpu') with it"
+        )
+    prep, task_dataset, collate_fn, gpu_prep = plan_prep(a["prep"], dataset, device, collate_fn)
+    pin_memory = a["pin_memory"]
+    zero_copy = check_zero_copy(a["zero_copy"], num_workers, pin_memory and device is None)
+    zero_copy = zero_copy and not unbatched
+    if device is not None or zero_copy:
+        pin_memory = False  # the device stage pins (slots are page-locked once)
+    cache = a["cache"]
+    fetch_layer: FetchLayer | None = cache.bind(dataset) if cache is not None else None
+    sources: list[Callable[[], dict[str, Any]]] = []
+    for part in (fetch_layer, getattr(dataset, "store", None)):
+        if part is not None and callable(getattr(part, "stats", None)):
+            sources.append(part.stats)
+    task = BatchTask(
+        task_dataset,
+        collate_fn,
+        fetch_layer=fetch_layer,
+        unbatched=unbatched,
+        pack=num_workers > 0 and not pin_memory,
+        slots=bool(zero_copy),
+    )
+    handoff: SlotHandoff | None = None
+    torch_sampler: Sampler = plan
+    if zero_copy:
+        depth = (a["prefetch_factor"] or 2) * num_workers + 4
+        cuda = device is not None and device.type == "cuda"
+        declared = declared_batch_bytes(dataset, batch_size, prep)
+        handoff = SlotHandoff(depth, batch_bytes=declared, cuda_register=cuda)
+        weakref.finalize(owner, handoff.close)
+        torch_sampler = SlotSampler(plan, handoff)
+    if device_transform is None and device is not None:
+        device_transform = default_device_transform(dataset, prep)
+    generator = a["generator"]
+    # Without a user generator, workers' seeds follow (seed, epoch, rank): see DataLoader.__iter__.
+    worker_seeds = torch.Generator() if generator is None else None
+    extra: dict[str, Any] = {} if a["in_order"] else {"in_order": False}
+    inner = TorchDataLoader(
+        task,
+        batch_size=None,
+        sampler=torch_sampler,
+        num_workers=num_workers,
+        collate_fn=_identity,
+        pin_memory=pin_memory,
+        timeout=a["timeout"],
+        worker_init_fn=a["worker_init_fn"],
+        multiprocessing_context=a["multiprocessing_context"],
+        generator=generator if generator is not None else worker_seeds,
+        prefetch_factor=a["prefetch_factor"],
+        persistent_workers=a["persistent_workers"],
+        pin_memory_device=a["pin_memory_device"],
+        **extra,
+    )
+    return Machinery(
+        order=order,
+        sampler=plan,
+        prep=prep,
+        collate_fn=collate_fn,
+        fetch_layer=fetch_layer,
+        task=task,
+        handoff=handoff,
+        gpu_prep=gpu_prep,
+        device_transform=device_transform,
+        worker_seeds=worker_seeds,
+        torch_loader=inner,
+        stats_sources=sources,
+    )
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def _lookahead(dataset: Any, num_workers: int) -> int:
+    """How far ahead each task names the next batch of its worker: 0 unless the store prefetches."""
+    store = getattr(dataset, "store", None)
+    if num_workers > 0 and getattr(store, "prefetches", False) and hasattr(dataset, "prefetch"):
+        return num_workers
+    return 0
+
+
+def check_zero_copy(zero_copy: bool | None, num_workers: int, host_pinning: bool) -> bool:
+    """Resolve ``zero_copy``: on by default with workers, unless torch must pin host batches."""
+    if zero_copy is None:
+        return num_workers > 0 and not host_pinning
+    if zero_copy and num_workers == 0:
+        raise ValueError("zero_copy=True needs num_workers > 0 (slots carry worker batches)")
+    if zero_copy and host_pinning:
+        raise ValueError(
+            "zero_copy=True with pin_memory=True: slot batches are not pinned; pass "
+            "device='cuda' (slots are page-locked once) or zero_copy=False"
+        )
+    return bool(zero_copy)
