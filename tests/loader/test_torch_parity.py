@@ -153,7 +153,8 @@ class Stream(torch.utils.data.IterableDataset):
 def test_iterable_dataset_runs_as_torchs(swapped, num_workers):
     loader = torch.utils.data.DataLoader(Stream(50), batch_size=4, num_workers=num_workers)
     ours = [b.tolist() for b in loader]
-    theirs = [b.tolist() for b in TorchDataLoader(Stream(50), batch_size=4, num_workers=num_workers)]
+    reference = TorchDataLoader(Stream(50), batch_size=4, num_workers=num_workers)
+    theirs = [b.tolist() for b in reference]
     if num_workers == 0:
         assert ours == theirs
     assert Counter(flatten_ids(ours)) == Counter(flatten_ids(theirs)) == Counter(range(50))

@@ -9,6 +9,7 @@ datasets and stores (a corrupt JPEG, a missing object) are `SampleError`s.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -31,10 +32,8 @@ _MARK = "_unstall_task_error"
 
 def mark_task_error(exc: BaseException) -> None:
     """Mark ``exc`` as one batch's failure (raised in the main process): the epoch goes on."""
-    try:
+    with contextlib.suppress(AttributeError):  # an exception type with __slots__
         setattr(exc, _MARK, True)
-    except AttributeError:  # pragma: no cover - an exception type with __slots__
-        pass
 
 
 def is_task_error(exc: BaseException) -> bool:

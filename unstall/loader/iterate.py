@@ -7,6 +7,7 @@ a generator that would end at the first exception.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -107,10 +108,8 @@ class EpochIterator:
                 hooks.notify_finished(self._loader)
 
     def __del__(self) -> None:  # a loop left early: stop the clock
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown
             self._finish()
-        except Exception:  # pragma: no cover - interpreter shutdown
-            pass
 
 
 class SizedIterator:
@@ -191,7 +190,5 @@ class PassthroughIterator:
                 hooks.notify_finished(self._loader)
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self._finish()
-        except Exception:  # pragma: no cover
-            pass
