@@ -39,6 +39,7 @@ class Machinery:
     worker_seeds: torch.Generator | None
     torch_loader: Any
     stats_sources: list[Callable[[], dict[str, Any]]]
+    coordination: Any = None  # issue 18: unstall.coordination.Coordination, or None
 
 
 def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) -> Machinery:
@@ -81,6 +82,13 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
     pin_memory = a["pin_memory"]
     zero_copy = check_zero_copy(a["zero_copy"], num_workers, pin_memory and device is None)
     zero_copy = zero_copy and not unbatched
+    coordination = None
+    if a.get("coordinate"):  # issue 18: published batches are mapped, not sent through slots
+        from unstall.coordination import Coordination
+
+        coordination = Coordination(a["coordinate"], dataset, order, prep)
+        weakref.finalize(owner, coordination.close)
+        zero_copy = False
     if device is not None or zero_copy:
         pin_memory = False  # the device stage pins (slots are page-locked once)
     cache = a["cache"]
@@ -94,7 +102,7 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
         collate_fn,
         fetch_layer=fetch_layer,
         unbatched=unbatched,
-        pack=num_workers > 0 and not pin_memory,
+        pack=num_workers > 0 and not pin_memory and coordination is None,
         slots=bool(zero_copy),
     )
     handoff: SlotHandoff | None = None
@@ -113,7 +121,7 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
     worker_seeds = torch.Generator() if generator is None else None
     extra: dict[str, Any] = {} if a["in_order"] else {"in_order": False}
     inner = TorchDataLoader(
-        task,
+        task if coordination is None else coordination.wrap(task),
         batch_size=None,
         sampler=torch_sampler,
         num_workers=num_workers,
@@ -140,7 +148,8 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
         device_transform=device_transform,
         worker_seeds=worker_seeds,
         torch_loader=inner,
-        stats_sources=sources,
+        stats_sources=sources + ([coordination.stats] if coordination is not None else []),
+        coordination=coordination,
     )
 
 

@@ -33,7 +33,17 @@ STATE_VERSION = 1
 T_co = TypeVar("T_co", covariant=True)
 
 #: unstall's own arguments: not for iterable datasets, which torch's machinery runs.
-_EXTRAS = ("seed", "rank", "world_size", "cache", "device", "device_transform", "prep", "zero_copy")
+_EXTRAS = (
+    "seed",
+    "rank",
+    "world_size",
+    "cache",
+    "device",
+    "device_transform",
+    "prep",
+    "zero_copy",
+    "coordinate",
+)
 
 
 class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
@@ -41,8 +51,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
 
     Args:
         seed: the order of epoch ``e`` is a permutation derived only from
-            ``(seed, e)``, identical across restarts and processes; workers' random
-            streams (augmentation) follow ``(seed, e, rank)``. Default: drawn from
+            ``(seed, e)``, identical across restarts and processes; batch ``b``'s
+            augmentation is seeded from ``(seed, e, b, rank)`` alone, whichever worker
+            or job prepares it (so ``num_workers`` does not change it). Default: drawn from
             ``generator`` if given, else ``torch.initial_seed()`` (so
             ``torch.manual_seed`` fixes it, as it fixes torch's shuffling), or 0
             with ``world_size > 1`` (as `DistributedSampler`).
@@ -61,6 +72,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         zero_copy: workers write batches into shared-memory slots the main process
             wraps without copying (default: on with workers, off with ``pin_memory``
             and no ``device``, so torch pins as before).
+        coordinate: a group name (or True: named from the dataset's fingerprint).
+            Loaders on this node in the same group prepare each batch once and share
+            it through shared memory (see README, "Coordinated preparation").
 
     Each ``iter()`` runs one epoch: epoch numbers advance by themselves, or are set
     with `set_epoch`. `state_dict` records the position; `load_state_dict` makes the
@@ -96,6 +110,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         device_transform: Callable[[Any], Any] | None = None,
         prep: str | None = None,
         zero_copy: bool | None = None,
+        coordinate: str | bool | None = None,
     ):
         a = dict(locals())
         for name in ("self", "dataset", "__class__"):
@@ -147,6 +162,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self._gpu_prep = m.gpu_prep
             self._device_transform = m.device_transform
             self._worker_seeds = m.worker_seeds
+            self._coordination = m.coordination  # issue 18: see unstall/coordination
             self._inner = m.torch_loader
             if self.order is not None:  # loader.sampler shows the known order
                 self.sampler = OrderView(self._order, lambda: self._next_epoch)
@@ -210,6 +226,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self._worker_seeds.manual_seed(base)
         length = len(self._sampler)
         torch_iter = iter(self._inner)  # starts workers now, so they prefetch
+        if self._coordination is not None:  # issue 18: map the group's published batches
+            torch_iter = self._coordination.receive(torch_iter, epoch, start)
         end = lambda: stats.close_epoch(position[0], self._source_stats())  # noqa: E731
         if self.device is not None:
             stats.begin()
@@ -243,6 +261,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         """Free the loader's shared-memory slots now (also done when it is collected)."""
         if self._handoff is not None:
             self._handoff.close()
+        if getattr(self, "_coordination", None) is not None:  # issue 18: leave the group
+            self._coordination.close()
 
     # Resume --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

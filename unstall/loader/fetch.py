@@ -19,6 +19,7 @@ from unstall.loader.failures import add_note, describe, failure_from, mark_task_
 from unstall.loader.handoff import pack
 from unstall.loader.sampling import Planned
 from unstall.loader.slot_writer import SlotWriter
+from unstall.pipeline.batch_seed import batch_rng
 
 
 @runtime_checkable
@@ -84,7 +85,8 @@ class BatchTask(torch.utils.data.Dataset):
             task, ref = task
         self._index = None
         try:
-            return self._run(task, ref)
+            with batch_rng(task):  # issue 18: augmentation from (seed, epoch, batch) alone
+                return self._run(task, ref)
         except Exception as exc:
             error, note, index, key = self._explain(exc, list(task))
             if torch.utils.data.get_worker_info() is None:
@@ -103,7 +105,7 @@ class BatchTask(torch.utils.data.Dataset):
     def _run(self, indices: list[int], ref: Any) -> tuple[Any, tuple[float, float]]:
         t0 = time.perf_counter()
         if self.split:
-            if type(indices) is Planned:
+            if type(indices) is Planned and indices.ahead:
                 self._prefetch(indices + indices.ahead)
             self._step = "fetching"
             raws = self._fetch(indices)

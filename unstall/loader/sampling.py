@@ -114,10 +114,16 @@ class PlanSampler(torch.utils.data.Sampler):
         self.epoch, self.start = epoch, start
 
     def __iter__(self) -> Iterator[list[int]]:
-        batches = self.spec.batches(self.epoch, self.start)
+        # Each batch carries its key (seed, epoch, batch, rank): its augmentation is seeded
+        # from that alone (loader/batch_seed.py), never from the worker that prepares it.
+        spec, epoch = self.spec, self.epoch
+        keyed = (
+            _planned(b, [], (spec.seed, epoch, i, spec.rank))
+            for i, b in enumerate(spec.batches(epoch, self.start), self.start)
+        )
         if self.lookahead <= 0:
-            return batches
-        return _with_lookahead(batches, self.lookahead)
+            return keyed
+        return _with_lookahead(keyed, self.lookahead)
 
     def __len__(self) -> int:
         return self.spec.num_batches() - self.start
@@ -129,13 +135,16 @@ def _with_lookahead(batches: Iterator[list[int]], distance: int) -> Iterator[lis
     for batch in batches:
         pending.append(batch)
         if len(pending) > distance:
-            yield _planned(pending.popleft(), batch)
+            first = pending.popleft()
+            yield _planned(first, list(batch), getattr(first, "key", None))
     while pending:
-        yield _planned(pending.popleft(), [])
+        first = pending.popleft()
+        yield _planned(first, [], getattr(first, "key", None))
 
 
 class Planned(list):
-    """A batch's indices, plus ``ahead``: the batch this worker will be given next.
+    """A batch's indices, plus ``ahead``: the batch this worker will be given next,
+    and ``key``: (seed, epoch, batch, rank), from which its augmentation is seeded.
 
     torch hands tasks to workers in turn, so with W workers the batch after
     batch ``b`` in the same worker is ``b + W``: the worker starts fetching it
@@ -144,14 +153,16 @@ class Planned(list):
     """
 
     ahead: list[int]
+    key: tuple[int, int, int, int] | None  # (seed, epoch, batch, rank): seeds its augmentation
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_planned, (list(self), self.ahead))
+        return (_planned, (list(self), self.ahead, self.key))
 
 
-def _planned(indices: list[int], ahead: list[int]) -> Planned:
+def _planned(indices: list[int], ahead: list[int], key: Any = None) -> Planned:
     batch = Planned(indices)
     batch.ahead = ahead
+    batch.key = key
     return batch
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.utils.data
 
+from unstall.pipeline import batch_seed
 from unstall.pipeline.crop import (
     Box,
     dct_scale,
@@ -132,6 +133,12 @@ class ImagePipeline:
         return state
 
     def _process_rng(self) -> random.Random:
+        batch, generation = batch_seed.current()
+        if batch is not None:  # a loader's batch: the stream follows (seed, epoch, batch) only
+            if self._rng is None or self._rng_pid != -2 - generation:
+                self._rng = random.Random(f"{self.seed}:batch{batch}")
+                self._rng_pid = -2 - generation
+            return self._rng
         pid = os.getpid()
         if self._rng is None or self._rng_pid != pid:
             self._rng = random.Random(_stream_seed(self.seed, pid == self._origin_pid))

@@ -1,0 +1,185 @@
+"""Coordinated loaders as separate processes: exact batches, each prepared once, faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import unstall
+from unstall.coordination import GroupMismatch, group_dir
+
+from .member import Counted, solo
+
+N, EPOCHS, PER_EPOCH = 48, 3, 12
+HERE = Path(__file__).resolve().parents[2]
+
+
+def _shm_leftovers(name: str) -> list[str]:
+    d = os.path.dirname(group_dir(name))
+    return [n for n in os.listdir(d) if os.path.basename(group_dir(name)) in n]
+
+
+def _start(tmp: Path, group: str, k: int, epochs: int = EPOCHS, env_each=None):
+    barrier = tmp / "barrier"
+    barrier.mkdir(exist_ok=True)
+    procs = []
+    for j in range(k):
+        env = dict(os.environ, PYTHONPATH=str(HERE), **(env_each(j) if env_each else {}))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.coordination.member",
+                    group,
+                    str(tmp / f"m{j}"),
+                    str(epochs),
+                    str(barrier),
+                    str(k),
+                ],
+                cwd=HERE,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
+    return procs
+
+
+def _result(tmp: Path, j: int):
+    return torch.load(tmp / f"m{j}", weights_only=False)
+
+
+def _prepare_count(tmp: Path, k: int) -> int:
+    return sum(
+        len((tmp / f"m{j}.log").read_text().split())
+        for j in range(k)
+        if (tmp / f"m{j}.log").exists()
+    )
+
+
+def _same(seen, expected) -> None:
+    assert len(seen) == len(expected)
+    for (x, y), (ex, ey) in zip(seen, expected, strict=True):
+        assert torch.equal(x, ex) and torch.equal(y, ey)
+
+
+@pytest.fixture(scope="module")
+def expected():
+    return solo(N, EPOCHS)
+
+
+def test_three_members_see_solo_batches_each_prepared_once(tmp_path, expected):
+    group = f"t-ok-{os.getpid()}"
+    procs = _start(tmp_path, group, 3)
+    for p in procs:
+        assert p.wait(timeout=90) == 0, p.stderr.read().decode()[-2000:]
+    stats = []
+    for j in range(3):
+        r = _result(tmp_path, j)
+        assert r["status"] == "ok"
+        _same(r["seen"], expected)
+        stats.append(r["stats"])
+    assert _prepare_count(tmp_path, 3) == N * EPOCHS  # once per sample per epoch, not 3x
+    prepared = sum(s["prepared_for_group"] for s in stats)
+    assert prepared == PER_EPOCH * EPOCHS
+    assert all(s["taken"] + s["prepared_for_group"] == PER_EPOCH * EPOCHS for s in stats)
+    assert _shm_leftovers(group) == []
+
+
+def test_sigkilled_member_blocks_nobody_and_shm_is_clean(tmp_path, expected):
+    group = f"t-kill-{os.getpid()}"
+    procs = _start(
+        tmp_path, group, 3, env_each=lambda j: {"MEMBER_SUICIDE_AFTER": "5"} if j == 2 else {}
+    )
+    t0 = time.monotonic()
+    for p in procs[:2]:
+        assert p.wait(timeout=60) == 0, p.stderr.read().decode()[-2000:]
+    assert procs[2].wait(timeout=10) == -signal.SIGKILL
+    assert time.monotonic() - t0 < 60
+    for j in range(2):
+        _same(_result(tmp_path, j)["seen"], expected)
+    deadline = time.monotonic() + 10  # the killed member's workers notice their parent is gone
+    while _shm_leftovers(group) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _shm_leftovers(group) == []
+
+
+def test_sigstopped_member_is_detached_then_finishes_exactly(tmp_path, expected):
+    group = f"t-stop-{os.getpid()}"
+    env = {"UNSTALL_COORD_WINDOW": "2", "UNSTALL_COORD_DETACH_S": "0.3", "MEMBER_STEP_S": "0.04"}
+    procs = _start(tmp_path, group, 3, env_each=lambda j: env)
+    progress = tmp_path / "m2.progress"
+    deadline = time.monotonic() + 30
+    while not (progress.exists() and progress.read_text() and int(progress.read_text()) >= 3):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(procs[2].pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        for p in procs[:2]:  # the others finish all epochs while it stays stopped
+            assert p.wait(timeout=60) == 0, p.stderr.read().decode()[-2000:]
+        others_s = time.monotonic() - t0
+    finally:
+        os.kill(procs[2].pid, signal.SIGCONT)
+    assert procs[2].wait(timeout=60) == 0, procs[2].stderr.read().decode()[-2000:]
+    assert others_s < 30
+    for j in range(3):
+        _same(_result(tmp_path, j)["seen"], expected)
+    late = _result(tmp_path, 2)["stats"]
+    assert late["prepared_privately"] > 0 and late["detached"]
+    assert "behind" in late["detached"][0]["why"]
+    assert _shm_leftovers(group) == []
+
+
+def test_worker_killed_holding_a_claim_loses_no_batch(tmp_path, expected):
+    group = f"t-claim-{os.getpid()}"
+    victim = int(expected[0][0][0][0])  # first sample of the first batch
+    procs = _start(
+        tmp_path,
+        group,
+        2,
+        epochs=1,
+        env_each=lambda j: (
+            {"MEMBER_KILL_WORKER_AT": str(victim), "MEMBER_LINGER_S": "4"}
+            if j == 0
+            else {"MEMBER_START_DELAY_S": "1.0"}
+        ),
+    )
+    for p in procs:
+        p.wait(timeout=60)
+    assert "worker" in _result(tmp_path, 0)["status"].lower()  # its own loader saw the death
+    _same(_result(tmp_path, 1)["seen"], expected[:PER_EPOCH])  # the other got every batch
+    assert str(victim) in (tmp_path / "m1.log").read_text().split()  # by preparing it itself
+    assert _shm_leftovers(group) == []
+
+
+def test_stale_claim_of_dead_process_is_taken_over(tmp_path):
+    group = f"t-stale-{os.getpid()}"
+    loader = unstall.DataLoader(Counted(8, os.devnull), batch_size=4, seed=5, coordinate=group)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (Path(group_dir(group)) / "c0-0").write_text(f"{dead.pid} 1")
+    ids = [x.flatten().tolist() for x, _ in loader]
+    assert ids == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert loader.stats()["coordination"]["prepared_for_group"] == 2
+    loader.close()
+    assert _shm_leftovers(group) == []
+
+
+def test_mismatched_member_is_refused():
+    group = f"t-mis-{os.getpid()}"
+    first = unstall.DataLoader(Counted(8, os.devnull), batch_size=4, seed=5, coordinate=group)
+    with pytest.raises(GroupMismatch, match=r"batch_size=2 but the group has batch_size=4"):
+        unstall.DataLoader(Counted(8, os.devnull), batch_size=2, seed=5, coordinate=group)
+    with pytest.raises(GroupMismatch, match=r"seed=6 but the group has seed=5"):
+        unstall.DataLoader(Counted(8, os.devnull), batch_size=4, seed=6, coordinate=group)
+    first.close()
+    assert _shm_leftovers(group) == []

@@ -1,0 +1,115 @@
+"""Coordinated preparation: K loaders on one node prepare each minibatch once and share it.
+
+``unstall.DataLoader(..., coordinate="NAME")`` (or ``coordinate=True``: named from
+the dataset's fingerprint) joins group NAME. A batch is prepared by whichever
+member's worker claims it first and published in shared memory; the others map it
+without copying. Nobody waits on a slow or dead member: see `group.py` (members,
+window, detaching, cleanup) and `claims.py` (claim, publish, map).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+from unstall.coordination.claims import CoordinatedTask, receive
+from unstall.coordination.group import Group, GroupMismatch, group_dir
+
+#: Published batches a member may lag behind the leader before it can be detached.
+DEFAULT_WINDOW = int(os.environ.get("UNSTALL_COORD_WINDOW", "16"))
+#: Seconds a member may stay beyond the window before it is detached.
+DEFAULT_DETACH_S = float(os.environ.get("UNSTALL_COORD_DETACH_S", "2.0"))
+#: Seconds before a live claimer that has not published loses its claim.
+DEFAULT_CLAIM_TIMEOUT_S = float(os.environ.get("UNSTALL_COORD_CLAIM_TIMEOUT_S", "10.0"))
+#: Seconds a worker waits for another member's batch before preparing it itself.
+DEFAULT_WAIT_TIMEOUT_S = float(os.environ.get("UNSTALL_COORD_WAIT_TIMEOUT_S", "30.0"))
+
+
+def dataset_fingerprint(dataset: Any) -> str:
+    """What identifies the data: the dataset's own ``fingerprint()``, else type, length, keys."""
+    own = getattr(dataset, "fingerprint", None)
+    if callable(own):
+        return str(own())
+    h = hashlib.sha256(f"{type(dataset).__module__}.{type(dataset).__qualname__}".encode())
+    n = len(dataset)
+    h.update(str(n).encode())
+    key = getattr(dataset, "key", None)
+    if callable(key):
+        for i in sorted({0, n // 2, n - 1} - {-1}):
+            h.update(str(key(i)).encode())
+    h.update(repr(getattr(dataset, "transform", "")).encode())
+    return h.hexdigest()[:16]
+
+
+class Coordination:
+    """One loader's membership: wraps its task, maps its batches, counts for `stats`."""
+
+    def __init__(self, coordinate: Any, dataset: Any, order: Any, prep: str):
+        if order is None:
+            raise ValueError(
+                f"coordinate={coordinate!r} needs unstall's own order (no sampler or "
+                "batch_sampler): members must agree on every epoch's batches"
+            )
+        fingerprint = dataset_fingerprint(dataset)
+        name = fingerprint if coordinate is True else str(coordinate)
+        if not name:
+            raise ValueError("coordinate='' : give a group name or True")
+        self.identity = {
+            "group": name,
+            "fingerprint": fingerprint,
+            "seed": order.seed,
+            "batch_size": order.batch_size,
+            "world_size": order.world_size,
+            "rank": order.rank,
+            "prep": prep,
+            "transform": repr(getattr(dataset, "transform", None)),
+            "num_samples": order.num_samples,
+            "shuffle": order.shuffle,
+            "drop_last": order.drop_last,
+            "batches_per_epoch": order.num_batches(),
+        }
+        self.group = Group(
+            name, self.identity, window=DEFAULT_WINDOW, detach_after_s=DEFAULT_DETACH_S
+        )
+        self.counts: dict[str, Any] = dict.fromkeys(
+            ("taken", "prepared_for_group", "prepared_privately", "waits"), 0
+        )
+        self.counts["wait_s"] = 0.0
+
+    def wrap(self, task: Any) -> CoordinatedTask:
+        """The task torch's workers run: claim-or-map around the loader's own `BatchTask`."""
+        self.task = CoordinatedTask(
+            task,
+            self.group.path,
+            per_epoch=self.identity["batches_per_epoch"],
+            claim_timeout_s=DEFAULT_CLAIM_TIMEOUT_S,
+            wait_timeout_s=DEFAULT_WAIT_TIMEOUT_S,
+        )
+        return self.task
+
+    def receive(self, torch_iter: Any, epoch: int, start: int) -> Any:
+        """Map this epoch's published batches as they come from torch's iterator."""
+        per = self.identity["batches_per_epoch"]
+        return receive(
+            torch_iter, self.group, self.counts, self.task, epoch=epoch, start=start, per_epoch=per
+        )
+
+    def stats(self) -> dict[str, Any]:
+        c = dict(self.counts)
+        c["wait_s"] = round(c["wait_s"], 4)
+        return {
+            "coordination": {
+                "group": self.group.name,
+                **c,
+                "detached": list(self.group.events),
+                "window": self.group.window,
+            }
+        }
+
+    def close(self) -> None:
+        """Leave the group (the last member out removes its shared memory)."""
+        self.group.leave()
+
+
+__all__ = ["Coordination", "GroupMismatch", "dataset_fingerprint", "group_dir"]

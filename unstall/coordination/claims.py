@@ -1,0 +1,226 @@
+"""Claim, prepare, publish, map: how one batch is made once for the whole group.
+
+Each batch (epoch ``e``, batch ``b``) has a claim file ``c<e>-<b>`` made with
+``O_CREAT | O_EXCL`` (atomic on one node, no lock to leak: the claimer's pid and
+start stamp are in it, so a dead claimer is seen at once and a stuck one after
+``claim_timeout_s``). The claimer prepares the batch with the loader's own task and
+publishes it with ``torch.save`` to ``p<e>-<b>.pt`` (written to a temporary name,
+then renamed: readers never see half a batch). Readers map it with
+``torch.load(mmap=True)``: no copy, and copy-on-write pages, so one job's in-place
+edit never reaches another. Batches below the group's ``floor`` (the lowest
+position an attached member still needs) are reclaimed with their claims; a member
+that fell below it prepares its batches itself instead of waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.utils.data
+
+from unstall.cache.segment import pid_alive, process_stamp
+from unstall.loader.failures import TaskFailure
+
+
+class Published:
+    """What a worker hands the main process: where the batch lies, and who made it."""
+
+    __slots__ = ("how", "path", "task", "wait_s")
+
+    def __init__(self, path: str, how: str, wait_s: float, task: Any):
+        self.path, self.how, self.wait_s, self.task = path, how, wait_s, task
+
+
+class CoordinatedTask(torch.utils.data.Dataset):
+    """Wraps a loader's `BatchTask`: claims a keyed batch, or waits for the member that did."""
+
+    def __init__(
+        self,
+        inner: Any,
+        path: str,
+        *,
+        per_epoch: int,
+        claim_timeout_s: float,
+        wait_timeout_s: float,
+    ):
+        self.inner = inner
+        self.per_epoch = per_epoch
+        self.path = path
+        self.claim_timeout_s = claim_timeout_s
+        self.wait_timeout_s = wait_timeout_s
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, task: Any) -> Any:
+        key = getattr(task, "key", None)
+        if key is None:
+            return self.inner[task]
+        _, epoch, b, _ = key
+        position = epoch * self.per_epoch + b
+        pub = os.path.join(self.path, f"p{epoch}-{b}.pt")
+        claim = os.path.join(self.path, f"c{epoch}-{b}")
+        t0 = time.monotonic()
+        delay = 0.0005
+        while True:
+            if os.path.exists(pub):
+                return Published(pub, "taken", time.monotonic() - t0, task), (0.0, 0.0)
+            if position < read_floor(self.path):
+                return self._private(task, "reclaimed")
+            if _try_claim(claim):
+                return self._prepare(task, pub, claim, time.monotonic() - t0)
+            _drop_stale(claim, self.claim_timeout_s)
+            if time.monotonic() - t0 > self.wait_timeout_s:
+                return self._private(task, "wait timeout")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    def _prepare(self, task: Any, pub: str, claim: str, waited: float) -> Any:
+        try:
+            batch, times = self.inner[task]
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(claim)  # let another member try
+            raise
+        if isinstance(batch, TaskFailure):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(claim)
+            return batch, times
+        tmp = f"{pub}.{os.getpid()}.tmp"
+        try:
+            torch.save(batch, tmp)
+            os.rename(tmp, pub)
+        except OSError:  # group removed under us, or shm full: hand the batch over directly
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            return ("private", "publish failed", batch), times
+        return Published(pub, "prepared", waited, task), times
+
+    def _private(self, task: Any, why: str) -> Any:
+        batch, times = self.inner[task]
+        if isinstance(batch, TaskFailure):
+            return batch, times
+        return ("private", why, batch), times
+
+
+def _try_claim(claim: str) -> bool:
+    try:
+        fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return False
+    except FileNotFoundError:  # the group directory went away
+        return False
+    pid = os.getpid()
+    os.write(fd, f"{pid} {process_stamp(pid)}".encode())
+    os.close(fd)
+    return True
+
+
+def _drop_stale(claim: str, timeout_s: float) -> None:
+    """Remove a claim whose holder died, or that is older than ``timeout_s`` unpublished."""
+    try:
+        with open(claim) as f:
+            text = f.read()
+        age = time.time() - os.stat(claim).st_mtime
+    except FileNotFoundError:
+        return
+    parts = text.split()
+    if len(parts) < 2:  # being written right now
+        if age > 1.0:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(claim)
+        return
+    if not pid_alive(int(parts[0]), int(parts[1])) or age > timeout_s:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(claim)
+
+
+def receive(
+    source: Iterator[Any],
+    group: Any,
+    stats: dict[str, Any],
+    task: CoordinatedTask,
+    *,
+    epoch: int,
+    start: int,
+    per_epoch: int,
+) -> Iterator[Any]:
+    """The main-process side: map published batches, advance this member, reclaim old ones."""
+    b = start
+    group.rejoin()  # epoch boundaries (and resumes) rejoin the group
+    group.set_position(epoch * per_epoch + b)
+    last_reclaim = 0.0
+    for item in source:
+        batch, times = item
+        if isinstance(batch, Published):
+            try:
+                out = torch.load(batch.path, mmap=True, weights_only=True)
+            except FileNotFoundError:  # reclaimed while this member was stopped
+                out = None
+            if out is None:
+                batch = ("private", "reclaimed", task.inner[batch.task][0])
+            else:
+                stats["taken" if batch.how == "taken" else "prepared_for_group"] += 1
+                stats["wait_s"] += batch.wait_s
+                if batch.how == "taken":
+                    stats["waits"] += batch.wait_s > 0.001
+                item = (out, times)
+        if type(batch) is tuple and len(batch) == 3 and batch[0] == "private":
+            stats["prepared_privately"] += 1
+            if batch[1] == "reclaimed":
+                group.note_detached(
+                    epoch * per_epoch + b,
+                    "its batches were reclaimed: more "
+                    f"than window={group.window} behind for "
+                    f"{group.detach_after_s}s",
+                )
+            item = (batch[2], times)
+        b += 1
+        position = epoch * per_epoch + b
+        group.set_position(position)
+        now = time.monotonic()
+        if now - last_reclaim > 0.05:
+            last_reclaim = now
+            reclaim(group, now)
+        yield item
+
+
+def read_floor(path: str) -> int:
+    """The group's floor: positions below it are reclaimed (0 if none yet; huge if gone)."""
+    try:
+        with open(os.path.join(path, "floor")) as f:
+            return int(f.read() or 0)
+    except FileNotFoundError:
+        return 0 if os.path.isdir(path) else 1 << 62
+    except ValueError:
+        return 0
+
+
+def reclaim(group: Any, now: float) -> None:
+    """Raise the floor; unlink published batches and claims below it (mapped ones stay valid)."""
+    floor, _ = group.floor(now)
+    if floor <= read_floor(group.path):
+        return
+    tmp = os.path.join(group.path, f"floor.{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            f.write(str(floor))
+        os.rename(tmp, os.path.join(group.path, "floor"))
+        names = os.listdir(group.path)
+    except FileNotFoundError:
+        return
+    per = group.identity["batches_per_epoch"]
+    for n in names:
+        if n[0] not in "pc" or not n[1].isdigit():
+            continue
+        e, b = n[1:].removesuffix(".pt").split("-")[:2]
+        if not b.isdigit():
+            continue  # a temporary file being written
+        if int(e) * per + int(b) < floor:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(group.path, n))
