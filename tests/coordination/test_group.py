@@ -90,7 +90,7 @@ def test_three_members_see_solo_batches_each_prepared_once(tmp_path, expected):
     assert _prepare_count(tmp_path, 3) == N * EPOCHS  # once per sample per epoch, not 3x
     prepared = sum(s["prepared_for_group"] for s in stats)
     assert prepared == PER_EPOCH * EPOCHS
-    assert all(s["taken"] + s["prepared_for_group"] == PER_EPOCH * EPOCHS for s in stats)
+    assert all(s["prepared_privately"] == 0 and s["detached"] == [] for s in stats)
     assert _shm_leftovers(group) == []
 
 

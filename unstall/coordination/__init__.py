@@ -13,7 +13,7 @@ import hashlib
 import os
 from typing import Any
 
-from unstall.coordination.claims import CoordinatedTask, receive
+from unstall.coordination.claims import CoordinatedTask, prepared_count, receive
 from unstall.coordination.group import Group, GroupMismatch, group_dir
 
 #: Published batches a member may lag behind the leader before it can be detached.
@@ -51,6 +51,7 @@ class Coordination:
                 f"coordinate={coordinate!r} needs unstall's own order (no sampler or "
                 "batch_sampler): members must agree on every epoch's batches"
             )
+        self.order = order
         fingerprint = dataset_fingerprint(dataset)
         name = fingerprint if coordinate is True else str(coordinate)
         if not name:
@@ -73,7 +74,7 @@ class Coordination:
             name, self.identity, window=DEFAULT_WINDOW, detach_after_s=DEFAULT_DETACH_S
         )
         self.counts: dict[str, Any] = dict.fromkeys(
-            ("taken", "prepared_for_group", "prepared_privately", "waits"), 0
+            ("taken", "on_demand", "prepared_for_group", "prepared_privately", "waits"), 0
         )
         self.counts["wait_s"] = 0.0
 
@@ -83,6 +84,8 @@ class Coordination:
             task,
             self.group.path,
             per_epoch=self.identity["batches_per_epoch"],
+            order=self.order,
+            ahead=self.group.window,
             claim_timeout_s=DEFAULT_CLAIM_TIMEOUT_S,
             wait_timeout_s=DEFAULT_WAIT_TIMEOUT_S,
         )
@@ -96,6 +99,8 @@ class Coordination:
         )
 
     def stats(self) -> dict[str, Any]:
+        """``{"coordination": {...}}`` for `DataLoader.stats`."""
+        self._refresh()
         c = dict(self.counts)
         c["wait_s"] = round(c["wait_s"], 4)
         return {
@@ -107,8 +112,14 @@ class Coordination:
             }
         }
 
+    def _refresh(self) -> None:
+        n = prepared_count(self.group.path) if not self.group.left else None
+        if n is not None:
+            self.counts["prepared_for_group"] = n
+
     def close(self) -> None:
         """Leave the group (the last member out removes its shared memory)."""
+        self._refresh()
         self.group.leave()
 
 

@@ -25,6 +25,7 @@ import torch.utils.data
 
 from unstall.cache.segment import pid_alive, process_stamp
 from unstall.loader.failures import TaskFailure
+from unstall.loader.sampling import _planned
 
 
 class Published:
@@ -45,11 +46,16 @@ class CoordinatedTask(torch.utils.data.Dataset):
         path: str,
         *,
         per_epoch: int,
+        order: Any,
+        ahead: int,
         claim_timeout_s: float,
         wait_timeout_s: float,
     ):
         self.inner = inner
         self.per_epoch = per_epoch
+        self.order = order
+        self.ahead = ahead
+        self._indices: tuple[int, Any] = (-1, None)
         self.path = path
         self.claim_timeout_s = claim_timeout_s
         self.wait_timeout_s = wait_timeout_s
@@ -69,7 +75,8 @@ class CoordinatedTask(torch.utils.data.Dataset):
         delay = 0.0005
         while True:
             if os.path.exists(pub):
-                return Published(pub, "taken", time.monotonic() - t0, task), (0.0, 0.0)
+                waited = time.monotonic() - t0
+                return Published(pub, "taken", waited, task), (0.0, 0.0)
             if position < read_floor(self.path):
                 return self._private(task, "reclaimed")
             if _try_claim(claim):
@@ -77,8 +84,34 @@ class CoordinatedTask(torch.utils.data.Dataset):
             _drop_stale(claim, self.claim_timeout_s)
             if time.monotonic() - t0 > self.wait_timeout_s:
                 return self._private(task, "wait timeout")
+            if self._help(key, b):  # rather than wait: prepare a batch ahead nobody claimed
+                delay = 0.0005
+                continue
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
+
+    def _help(self, key: tuple[int, int, int, int], b: int) -> bool:
+        """Claim and publish the first unclaimed batch among the next ``ahead`` ones.
+
+        torch gives each worker its batches in order; without this, every member's
+        workers would wait on the same one or two batches while cores sit idle.
+        """
+        seed, epoch, _, rank = key
+        floor = read_floor(self.path)
+        for b2 in range(b + 1, min(b + 1 + self.ahead, self.per_epoch)):
+            if epoch * self.per_epoch + b2 < floor:
+                continue
+            pub = os.path.join(self.path, f"p{epoch}-{b2}.pt")
+            claim = os.path.join(self.path, f"c{epoch}-{b2}")
+            if os.path.exists(claim) or os.path.exists(pub) or not _try_claim(claim):
+                continue
+            if self._indices[0] != epoch:
+                self._indices = (epoch, self.order.indices(epoch))
+            bs = self.order.batch_size
+            indices = self._indices[1][b2 * bs : (b2 + 1) * bs].tolist()
+            self._prepare(_planned(indices, [], (seed, epoch, b2, rank)), pub, claim, 0.0)
+            return True
+        return False
 
     def _prepare(self, task: Any, pub: str, claim: str, waited: float) -> Any:
         try:
@@ -99,6 +132,7 @@ class CoordinatedTask(torch.utils.data.Dataset):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             return ("private", "publish failed", batch), times
+        _count_prepared(self.path)
         return Published(pub, "prepared", waited, task), times
 
     def _private(self, task: Any, why: str) -> Any:
@@ -165,7 +199,7 @@ def receive(
             if out is None:
                 batch = ("private", "reclaimed", task.inner[batch.task][0])
             else:
-                stats["taken" if batch.how == "taken" else "prepared_for_group"] += 1
+                stats["taken" if batch.how == "taken" else "on_demand"] += 1
                 stats["wait_s"] += batch.wait_s
                 if batch.how == "taken":
                     stats["waits"] += batch.wait_s > 0.001
@@ -188,6 +222,29 @@ def receive(
             last_reclaim = now
             reclaim(group, now)
         yield item
+
+
+def _member_pid() -> int:
+    """The member (loader's process) this code prepares for: a worker's parent, or itself."""
+    return os.getppid() if torch.utils.data.get_worker_info() is not None else os.getpid()
+
+
+def _count_prepared(path: str) -> None:
+    """One byte per batch this member's workers published (on demand or ahead)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(
+            os.path.join(path, f"n-{_member_pid()}"), os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        )
+        os.write(fd, b"1")
+        os.close(fd)
+
+
+def prepared_count(path: str) -> int | None:
+    """Batches this process's workers published for the group (None if the group is gone)."""
+    try:
+        return os.stat(os.path.join(path, f"n-{os.getpid()}")).st_size
+    except FileNotFoundError:
+        return 0 if os.path.isdir(path) else None
 
 
 def read_floor(path: str) -> int:
