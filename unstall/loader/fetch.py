@@ -105,7 +105,7 @@ class BatchTask(torch.utils.data.Dataset):
     def _run(self, indices: list[int], ref: Any) -> tuple[Any, tuple[float, float]]:
         t0 = time.perf_counter()
         if self.split:
-            if type(indices) is Planned and indices.ahead:
+            if type(indices) is Planned and indices.ahead is not None:
                 self._prefetch(indices + indices.ahead)
             self._step = "fetching"
             raws = self._fetch(indices)

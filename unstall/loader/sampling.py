@@ -118,7 +118,7 @@ class PlanSampler(torch.utils.data.Sampler):
         # from that alone (loader/batch_seed.py), never from the worker that prepares it.
         spec, epoch = self.spec, self.epoch
         keyed = (
-            _planned(b, [], (spec.seed, epoch, i, spec.rank))
+            _planned(b, None, (spec.seed, epoch, i, spec.rank))  # type: ignore[arg-type]
             for i, b in enumerate(spec.batches(epoch, self.start), self.start)
         )
         if self.lookahead <= 0:
