@@ -18,6 +18,10 @@ def __getattr__(name: str):  # lazy: heavier modules load on first use
         from unstall.cache import Cache
 
         return Cache
+    if name == "Peers":
+        from unstall.distributed import Peers
+
+        return Peers
     raise AttributeError(f"module 'unstall' has no attribute {name!r}")
 
 
@@ -28,6 +32,7 @@ __all__ = [
     "ImageFolder",
     "ImagePipeline",
     "LocalStore",
+    "Peers",
     "SampleError",
     "Store",
     "StoreError",

@@ -41,6 +41,8 @@ class Cache:
             (evicts the least recently used; only for comparisons).
         name: segment name instead of the dataset fingerprint (two datasets with the
             same name must not be used at once).
+        peers: `unstall.Peers()` to partition the cache across the job's nodes (each
+            item cached by its owner node only; other nodes' items come from them).
 
     ``bind(dataset)`` (called by `unstall.DataLoader`) maps the segment, creating it
     if no process on the node has, and switches local stores to reading around
@@ -50,7 +52,12 @@ class Cache:
     """
 
     def __init__(
-        self, capacity: int | float | str, *, policy: str = "noevict", name: str | None = None
+        self,
+        capacity: int | float | str,
+        *,
+        policy: str = "noevict",
+        name: str | None = None,
+        peers: Any = None,
     ):
         self.capacity = parse_capacity(capacity)
         if policy not in POLICIES:
@@ -59,6 +66,7 @@ class Cache:
             raise ValueError(f"name={name!r} must be a non-empty string or None")
         self.policy = policy
         self.name = name
+        self.peers = peers  # e.g. unstall.Peers(): a cache partitioned across nodes
         self._layers: list[CacheLayer] = []
 
     def __repr__(self) -> str:
@@ -95,6 +103,8 @@ class Cache:
             layer = CacheLayer(path=None, capacity=0, how="off", reason=reason, **layer_args)
         else:  # our cache holds the data now: the page cache should not hold it too
             _bypass_page_cache(getattr(dataset, "store", None))
+        if self.peers is not None:  # each node caches the items it owns; peers serve the rest
+            layer.peers = self.peers.attach(layer, dataset)
         self._layers.append(layer)
         return layer
 
