@@ -106,9 +106,7 @@ def job_store(env: NodeEnv, timeout_s: float) -> Any:
             timeout=timedelta(seconds=timeout_s),
             wait_for_workers=False,
         )
-    store = dist.PrefixStore(PREFIX, base)
-    store._unstall_base = base  # keep a TCPStore we made alive as long as the prefix view
-    return store
+    return dist.PrefixStore(PREFIX, base)  # holds a reference to a TCPStore we made
 
 
 def job_token(store: Any, env: NodeEnv) -> str:

@@ -44,6 +44,7 @@ class PeerServer:
         """Serve ``dataset``'s items through a copy of ``layer`` (its own mapping and slot)."""
         copy = pickle.loads(pickle.dumps(layer))  # our own object, never network data
         copy.peers = None  # the server reads this node's items only: cache, else storage
+        copy._attached()  # map it now, once: the read threads must not race to attach
         self._datasets[fingerprint] = (copy, dataset)
 
     def start(self, timeout_s: float = 30.0) -> str:
