@@ -57,7 +57,7 @@ def _free_port(host: str) -> int:
 class Cluster:
     """Four node process trees; `wait` collects their results, `close` kills what is left."""
 
-    def __init__(self, out: Path, data: Path, **cfg: object):
+    def __init__(self, out: Path, data: Path, token: str = "", **cfg: object):
         self.out = out
         self.namespaces = [f"n{os.getpid()}x{k}x{time.monotonic_ns() % 10**6}" for k in range(4)]
         port = _free_port("127.0.0.2")
@@ -76,6 +76,7 @@ class Cluster:
                 UNSTALL_PEER_STORE_PORT=str(port + 1),
                 UNSTALL_PEER_ADDR=f"127.0.0.{2 + rank}",
                 UNSTALL_SHM_NAMESPACE=self.namespaces[rank],
+                UNSTALL_PEER_TOKEN=token,  # empty: rank 0 makes one and shares it
             )
             self.procs.append(
                 subprocess.Popen(
@@ -97,10 +98,17 @@ class Cluster:
         os.killpg(self.procs[rank].pid, sig)
 
     def result(self, rank: int, timeout: float) -> dict:
-        proc = self.procs[rank]
-        _, err = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, f"node {rank} failed:\n{err[-3000:]}"
-        return json.loads((self.out / f"out-{rank}.json").read_text())
+        """The node's output once written (it then serves peers until `close`)."""
+        proc, path = self.procs[rank], self.out / f"out-{rank}.json"
+        deadline = time.monotonic() + timeout
+        while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not path.exists():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate(timeout=10)
+            raise AssertionError(f"node {rank} gave no result:\n{err[-3000:]}")
+        return json.loads(path.read_text())
 
     def reads(self, rank: int) -> list[str]:
         path = self.out / f"reads-{rank}.log"
@@ -111,7 +119,7 @@ class Cluster:
         for proc in self.procs:
             if proc.poll() is None:
                 try:
-                    proc.wait(timeout=10)
+                    proc.wait(timeout=3)
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait(timeout=10)
@@ -126,10 +134,10 @@ class Cluster:
 def cluster(tmp_path: Path):
     made: list[Cluster] = []
 
-    def start(data: Path, **cfg: object) -> Cluster:
+    def start(data: Path, token: str = "", **cfg: object) -> Cluster:
         out = tmp_path / "out"
         out.mkdir()
-        made.append(Cluster(out, data, **cfg))
+        made.append(Cluster(out, data, token, **cfg))
         return made[-1]
 
     yield start

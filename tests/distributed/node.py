@@ -16,6 +16,7 @@ import time
 import torch.distributed as dist
 
 import unstall
+import unstall.distributed
 from unstall.stores.local import LocalStore
 
 
@@ -73,8 +74,12 @@ def main() -> None:
                 f.write(f"#end {epoch}\n")
             dist.barrier()
         stats.append(loader.stats().get("peers", {}))
-    with open(os.path.join(out_dir, f"out-{rank}.json"), "w") as f:
-        json.dump({"epochs": epochs, "stats": stats}, f)
+    server = unstall.distributed._SERVER
+    result = {"epochs": epochs, "stats": stats, "server": f"{server.host}:{server.port}"}
+    path = os.path.join(out_dir, f"out-{rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f)
+    os.replace(path + ".tmp", path)
     if cfg["pg"]:
         dist.barrier()  # every node served its peers to the end
         dist.destroy_process_group()

@@ -5,8 +5,11 @@ from __future__ import annotations
 import collections
 import signal
 import time
+import urllib.error
+import urllib.request
 
-from tests.distributed.conftest import WORLD, make_data, reference
+from tests.distributed.conftest import WORLD, make_data, reference, sample_bytes
+from unstall.distributed import owner_of
 
 N = 96  # 24 samples per rank, 6 batches of 4
 
@@ -37,7 +40,7 @@ def test_each_item_read_once_and_shards_match_single_node(cluster, tmp_path):
 
 def test_killed_and_frozen_peers_cost_a_timeout_then_storage(cluster, tmp_path):
     data = make_data(tmp_path / "data", N)
-    c = cluster(data, pg=False, epochs=2, sleep=0.05, capacity="1MiB")
+    c = cluster(data, token=TOKEN, pg=False, epochs=2, sleep=0.05, capacity="1MiB")
     deadline = time.monotonic() + 60
     while min(c.progress(r) for r in range(WORLD)) < 4 and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -54,4 +57,35 @@ def test_killed_and_frozen_peers_cost_a_timeout_then_storage(cluster, tmp_path):
     # two epochs of 6 batches, 0.05 s each, plus at most a few 1 s timeouts per peer
     assert took < 30, f"survivors took {took:.1f} s"
     reads = collections.Counter(line for rank in (0, 1) for line in c.reads(rank))
-    assert reads, "the failed peers' items were not read from storage"
+    lost = {k for k in reads if owner_of(k, WORLD) in (2, 3)}
+    assert lost, "the failed peers' items were not read from storage by the survivors"
+    _check_auth(survivors[0]["server"], data)
+
+
+TOKEN = "s3cret-job-token"
+
+
+def _get(url: str, headers: dict[str, str], method: str = "GET") -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _check_auth(address: str, data) -> None:
+    """A live node's server: 401 and no bytes without or with a wrong token; GET only."""
+    import unstall
+
+    fingerprint = unstall.FileDataset(str(data), sorted(p.name for p in data.iterdir()))
+    fp = fingerprint.fingerprint()
+    index = next(i for i in range(N) if owner_of(f"{i:05d}.bin", WORLD) == 0)
+    url = f"http://{address}/v1/{fp}/{index}"
+    assert _get(url, {}) == (401, b"")
+    assert _get(url, {"Authorization": "Bearer wrong-token"}) == (401, b"")
+    assert _get(url, {"Authorization": TOKEN}) == (401, b"")  # no "Bearer "
+    status, body = _get(url, {"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200 and body == sample_bytes(index, 3000 + (index * 7919) % 500)
+    assert _get(url, {"Authorization": f"Bearer {TOKEN}"}, method="POST")[0] == 405
+    assert _get(url, {"Authorization": f"Bearer {TOKEN}"}, method="HEAD")[0] == 405
