@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import hashlib
+import os
 import threading
 from pathlib import Path
 
