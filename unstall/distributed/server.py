@@ -90,7 +90,11 @@ class PeerServer:
         if entry is None or not 0 <= index < len(entry[1]):
             return web.Response(status=404)
         layer, dataset = entry
-        raw = await self._loop.run_in_executor(self._pool, _read, layer, dataset, index)
+        cache = layer._attached()  # mapped at register (this process): a hit is a memcpy
+        noevict = cache is not None and cache.layout.policy == "noevict"
+        raw = cache.get_many([index])[0] if noevict else None
+        if raw is None:  # not cached yet: storage, then cache (off the event loop)
+            raw = await self._loop.run_in_executor(self._pool, _read, layer, dataset, index)
         self.served += 1
         return web.Response(
             body=raw, headers={"ETag": etag_of(raw), "Last-Modified": _LAST_MODIFIED}
