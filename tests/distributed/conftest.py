@@ -60,7 +60,7 @@ class Cluster:
     def __init__(self, out: Path, data: Path, token: str = "", **cfg: object):
         self.out = out
         self.namespaces = [f"n{os.getpid()}x{k}x{time.monotonic_ns() % 10**6}" for k in range(4)]
-        port = _free_port("127.0.0.2")
+        port, store_port = _free_port("127.0.0.2"), _free_port("127.0.0.2")
         config = json.dumps(dict(out=str(out), data=str(data), **cfg))
         self.procs = []
         for rank in range(WORLD):
@@ -73,7 +73,7 @@ class Cluster:
                 GROUP_RANK=str(rank),
                 MASTER_ADDR="127.0.0.2",
                 MASTER_PORT=str(port),
-                UNSTALL_PEER_STORE_PORT=str(port + 1),
+                UNSTALL_PEER_STORE_PORT=str(store_port),
                 UNSTALL_PEER_ADDR=f"127.0.0.{2 + rank}",
                 UNSTALL_SHM_NAMESPACE=self.namespaces[rank],
                 UNSTALL_PEER_TOKEN=token,  # empty: rank 0 makes one and shares it
@@ -93,6 +93,14 @@ class Cluster:
             return int((self.out / f"progress-{rank}").read_text() or 0)
         except (FileNotFoundError, ValueError):
             return 0
+
+    def failed(self) -> str:
+        """stderr of the nodes that exited with an error (for assertion messages)."""
+        return "\n".join(
+            f"node {k}: {p.communicate()[1][-2000:]}"
+            for k, p in enumerate(self.procs)
+            if p.poll() not in (None, 0)
+        )
 
     def signal(self, rank: int, sig: int) -> None:
         os.killpg(self.procs[rank].pid, sig)

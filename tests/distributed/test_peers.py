@@ -44,7 +44,7 @@ def test_killed_and_frozen_peers_cost_a_timeout_then_storage(cluster, tmp_path):
     deadline = time.monotonic() + 60
     while min(c.progress(r) for r in range(WORLD)) < 4 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert min(c.progress(r) for r in range(WORLD)) >= 4, "nodes did not start"
+    assert min(c.progress(r) for r in range(WORLD)) >= 4, f"nodes did not start\n{c.failed()}"
     c.signal(2, signal.SIGKILL)
     c.signal(3, signal.SIGSTOP)
     t0 = time.monotonic()
