@@ -73,7 +73,7 @@ def main() -> None:
             with open(log, "a") as f:
                 f.write(f"#end {epoch}\n")
             dist.barrier()
-        stats.append(loader.stats().get("peers", {}))
+        stats.append(loader.stats().get("peers", {}))  # cumulative
     server = unstall.distributed._SERVER
     result = {"epochs": epochs, "stats": stats, "server": f"{server.host}:{server.port}"}
     path = os.path.join(out_dir, f"out-{rank}.json")
