@@ -70,7 +70,7 @@ class EpochIterator:
             handoff.reclaim()  # slots of batches nothing references any more
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            batch, (fetch_s, prep_s) = next(self._torch_iter)
+            batch, timing = next(self._torch_iter)
         except StopIteration:
             stats.epochs_completed += 1
             self._finish()
@@ -90,8 +90,7 @@ class EpochIterator:
             batch = unpack(batch)
         wait = time.perf_counter() - t0
         stats.wait.add(wait)
-        stats.fetch.add(fetch_s)
-        stats.prep.add(prep_s)
+        stats.add_task(timing, t0, wait)  # fetch and prep seconds (and the timeline's span)
         stats.samples += batch_size_of(batch)
         self._position[1] += 1
         self._cpu[0] += time.thread_time() - c0
