@@ -50,7 +50,7 @@ def make_workload(
 
 @pytest.fixture
 def truth_files(tmp_path: Path) -> Iterator[tuple[Path, list[str]]]:
-    yield tmp_path, write_files(tmp_path, 400, 20_000)
+    yield tmp_path, write_files(tmp_path, 640, 20_000)
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,8 @@
 """Analyse a workload: the differential runs, the rates G/P/F, stall shares, the bottleneck.
 
 Stall shares are of the cold run's wall time (DS-Analyzer's definition): prep
-stall = T_cached - T_synthetic, fetch stall = T_cold - T_cached. The bottleneck
+stall = T_cached - T_synthetic, fetch stall = T_cold - T_cached, taken on the
+timed waits of each step (`stall_shares`). The bottleneck
 is what the runs show, not what the rates suggest: compute when the cold run
 stalls less than ``COMPUTE_BOUND`` of its time, else the larger stall.
 """
@@ -11,9 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from unstall.analysis.model import Config, Rates, predict
+from unstall.analysis.model import Config, Rates, fetch_seconds_per_batch, predict
 from unstall.analysis.probe import StorageProbe, probe_storage
 from unstall.analysis.runs import (
     Run,
@@ -135,6 +135,7 @@ def analyze_workload(
         notes.append("storage is not local files: the cold run reads it as it is (no eviction)")
     rates, fetch_rate = derive_rates(work, runs, probe)
     stall = stall_shares(runs)
+    prep_rate = predict(rates, Config(work.num_workers, work.batch_size)).caps["prep"]
     return Analysis(
         workload=work.name,
         runs=runs,
@@ -146,7 +147,7 @@ def analyze_workload(
         split=work.split,
         cached_how=cached_how,
         stall=stall,
-        bottleneck=bottleneck_of(stall),
+        bottleneck=bottleneck_of(stall, prep_rate, fetch_rate),
         fetch_rate=fetch_rate,
         notes=notes,
         cached_hit_rate=hit,
@@ -165,10 +166,17 @@ def derive_rates(
     main_cpu = cached.stats.get("main_cpu_s", 0.0) / max(1, cached.stats.get("samples", 0))
     cores = float(cores_available())
     if probe is not None:
+        # storage as probed (one read, one batch read); the fetch-only run, which shares the
+        # CPU with everything else on the machine, is its lower bound
         fetched = runs["fetch"].samples_per_s
         bandwidth = max(probe.bandwidth, fetched * probe.sample_bytes)
         rates = Rates(g, prep_cpu, cores, probe.sample_bytes, bandwidth, probe.latency_s, main_cpu)
-        return rates, fetched
+        config = Config(work.num_workers, work.batch_size, inflight=probe.inflight)
+        ceiling = min(
+            bandwidth / probe.sample_bytes,
+            max(1, work.num_workers) * work.batch_size / fetch_seconds_per_batch(rates, config, 0),
+        )
+        return rates, max(ceiling, fetched)
     # plain dataset: per sample, wall minus CPU in the worker is waiting on I/O
     wall = sum(s[5] - s[3] for s in cold.spans)
     io = max(0.0, wall - sum(s[6] for s in cold.spans)) / max(1, sum(s[7] for s in cold.spans))
@@ -179,25 +187,36 @@ def derive_rates(
 
 
 def stall_shares(runs: dict[str, Run]) -> dict[str, float]:
-    """Compute, prep stall and fetch stall as fractions of the cold run's wall time."""
-    t_gpu = _per_sample(runs["synthetic"])
-    t_cached = max(_per_sample(runs["cached"]), t_gpu)
-    t_cold = max(_per_sample(runs["cold"]), t_cached)
+    """Compute, prep stall and fetch stall as fractions of the cold run's wall time.
+
+    Each step is timed (wait for data, then the model), so the differences between
+    runs are taken on the waits, which the model's own jitter does not blur: prep
+    stall = the cached run's wait per sample, fetch stall = the cold run's minus it.
+    """
+    cached, cold = runs["cached"], runs["cold"]
+    t_cold = cold.wall_s / cold.samples if cold.samples else 0.0
+    if t_cold <= 0:
+        return {"compute": 1.0, "prep": 0.0, "fetch": 0.0}
+    w_cached = cached.wait_s / cached.samples if cached.samples else 0.0
+    w_cold = cold.wait_s / cold.samples
+    prep = min(w_cached, w_cold) / t_cold
+    fetch = max(0.0, w_cold - w_cached) / t_cold
     return {
-        "compute": round(t_gpu / t_cold, 4),
-        "prep": round((t_cached - t_gpu) / t_cold, 4),
-        "fetch": round((t_cold - t_cached) / t_cold, 4),
+        "compute": round(max(0.0, 1.0 - prep - fetch), 4),
+        "prep": round(prep, 4),
+        "fetch": round(fetch, 4),
     }
 
 
-def bottleneck_of(stall: dict[str, float]) -> str:
-    if stall["prep"] + stall["fetch"] < COMPUTE_BOUND:
+def bottleneck_of(stall: dict[str, float], prep_rate: float, fetch_rate: float) -> str:
+    """Compute-bound when the cold run hardly stalls; else the stall twice the other's, or,
+    when both stall alike (a worker that fetches then prepares pays both), the slower rate."""
+    prep, fetch = stall["prep"], stall["fetch"]
+    if prep + fetch < COMPUTE_BOUND:
         return "compute"
-    return "prep" if stall["prep"] >= stall["fetch"] else "fetch"
-
-
-def _per_sample(run: Run) -> float:
-    return run.wall_s / run.samples if run.samples else 0.0
+    if prep >= 2 * fetch or fetch >= 2 * prep:
+        return "prep" if prep > fetch else "fetch"
+    return "prep" if prep_rate <= fetch_rate else "fetch"
 
 
 __all__ = ["Analysis", "analyze_workload", "bottleneck_of", "stall_shares"]

@@ -50,16 +50,15 @@ def write_report(out_dir: str, report: dict[str, Any], spans: Sequence[tuple[flo
 def _breakdown(path: str, report: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
 
-    runs = report["runs"]
-    per_k = {k: 1000 * r["wall_s"] / r["samples"] for k, r in runs.items() if r["samples"]}
-    gpu, cached, cold = per_k["synthetic"], per_k["cached"], per_k["cold"]
-    cached = max(cached, gpu)
-    cold = max(cold, cached)
+    runs, s = report["runs"], report["stall"]
+    gpu = 1000 * runs["synthetic"]["wall_s"] / max(1, runs["synthetic"]["samples"])
+    cold = 1000 * runs["cold"]["wall_s"] / max(1, runs["cold"]["samples"])
+    compute, prep, fetch = (cold * s[k] for k in ("compute", "prep", "fetch"))
     names = ["synthetic (G)", "cached", "cold (as it is)"]
     parts = {
-        "compute": [gpu, gpu, gpu],
-        "prep stall": [0, cached - gpu, cached - gpu],
-        "fetch stall": [0, 0, cold - cached],
+        "compute": [gpu, compute, compute],
+        "prep stall": [0, prep, prep],
+        "fetch stall": [0, 0, fetch],
     }
     fig, ax = plt.subplots(figsize=(8, 2.8), dpi=100)
     left = [0.0, 0.0, 0.0]

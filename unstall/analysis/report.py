@@ -40,6 +40,9 @@ def build_report(a: Analysis, *, what_if: str | None = None) -> dict[str, Any]:
         "prep_rate": round(a.prep_rate, 2),
         "prep_rate_per_worker": round(a.prep_rate_per_worker, 2),
         "fetch_rate": round(a.fetch_rate, 2),
+        "fetch_rate_measured": round(a.runs["fetch"].samples_per_s, 2)
+        if "fetch" in a.runs
+        else None,
         "stall": a.stall,
         "bottleneck": a.bottleneck,
         "summary": sentence(a),
