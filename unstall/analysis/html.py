@@ -105,7 +105,7 @@ def _timeline(path: str, spans: Sequence[tuple[float, ...]]) -> None:
     from matplotlib.patches import Patch
 
     data = lanes(spans, seconds=3.0)
-    names = [LOOP] + sorted((k for k in data if k != LOOP), key=lambda s: int(s.split()[-1]))
+    names = [LOOP, *sorted((k for k in data if k != LOOP), key=lambda s: int(s.split()[-1]))]
     fig, ax = plt.subplots(figsize=(12, 0.6 * len(names) + 1.2), dpi=100)
     for y, name in enumerate(names):
         for kind in ("compute", "wait", "fetch", "prepare"):

@@ -74,10 +74,7 @@ def probe_storage(dataset: Any, indices: Sequence[int], batch_size: int) -> Stor
     size = sum(sizes) / len(sizes)
     m = len(batch)
     extra = batch_s - single_s
-    if m > 1 and extra > 1e-4 * m:
-        bandwidth = (m - 1) * size / extra
-    else:
-        bandwidth = UNLIMITED
+    bandwidth = (m - 1) * size / extra if m > 1 and extra > 0.0001 * m else UNLIMITED
     latency = max(0.0, single_s - size / bandwidth)
     return StorageProbe(
         sample_bytes=size,

@@ -73,6 +73,11 @@ def build_report(a: Analysis, *, what_if: str | None = None) -> dict[str, Any]:
     return out
 
 
+def _measured_fetch(a: Analysis) -> float | None:
+    """The fetch-only run's samples/s (None for a plain dataset: it has no such run)."""
+    return round(a.runs["fetch"].samples_per_s, 2) if "fetch" in a.runs else None
+
+
 def _model_check(a: Analysis, base: Config) -> dict[str, Any]:
     """The model's prediction for the measured configuration next to the cold run."""
     predicted = predict(a.rates, base).samples_per_s

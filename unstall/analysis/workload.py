@@ -24,7 +24,7 @@ def builtin_workload(
     batch_size: int = 64,
     num_workers: int | None = None,
 ) -> Workload:
-    """``ImageFolder(data)`` with `ImagePipeline`, feeding ``model`` (real on a GPU, else simulated)."""
+    """``ImageFolder(data)`` (`ImagePipeline`) feeding ``model``: real on a GPU, else simulated."""
     from unstall.bench.accelerator import MODEL_RATES
     from unstall.data import ImageFolder
 

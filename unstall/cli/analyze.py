@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    'bandwidth=200MB/s,latency=20ms"')  # fmt: skip
     p.add_argument("--json", metavar="FILE", help="write the report as JSON to FILE")
     p.add_argument("--html", metavar="DIR", default="unstall-report",
-                   help="HTML report, PNG plots and trace.json go here (default ./unstall-report)")  # fmt: skip
+                   help="HTML report, PNGs, trace.json (default ./unstall-report)")  # fmt: skip
     p.add_argument("--config-out", metavar="FILE", help="write the recommendation here (default "
                    "DIR/recommendation.json), for `unstall run --config FILE`")  # fmt: skip
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...] (script mode)")
