@@ -39,9 +39,16 @@ def write_files(root: Path, n: int, size: int) -> list[str]:
 
 
 def make_workload(
-    root: Path, keys: list[str], *, rate: float, prep_s: float, bytes_per_s: float,
-    latency_s: float = 0.0, batch_size: int = 8, workers: int = 2,
-) -> Workload:  # fmt: skip
+    root: Path,
+    keys: list[str],
+    *,
+    rate: float,
+    prep_s: float,
+    bytes_per_s: float,
+    latency_s: float = 0.0,
+    batch_size: int = 8,
+    workers: int = 2,
+) -> Workload:
     store = ThrottledStore(LocalStore(root), bytes_per_s=bytes_per_s, latency_s=latency_s)
     dataset = FileDataset(store, keys, transform=Burn(prep_s))
     accel = SimulatedAccelerator(rate)

@@ -158,7 +158,7 @@ def derive_rates(
     work: Workload, runs: dict[str, Run], probe: StorageProbe | None
 ) -> tuple[Rates, float]:
     """(the model's rates, the measured fetch rate) from the runs and the storage probe."""
-    g = runs["synthetic"].samples_per_s
+    g = runs["synthetic"].steady_rate  # the model alone: its median step, bursts aside
     cached, cold = runs["cached"], runs["cold"]
     cpu = sum(s[6] for s in cached.spans)
     n = sum(s[7] for s in cached.spans) or 1

@@ -1,9 +1,10 @@
 """Storage's throughput and latency, from two timed reads of cold samples.
 
-One sample alone takes ``L + s/B``; a batch of ``m`` samples, all in flight,
-takes ``L + m*s/B`` (sequential stores: ``m`` times the first, which the solve
-then reads as bandwidth). Two probes, two unknowns: B and L. The samples probed
-are not among the analysed steps, and are evicted again after.
+One sample alone takes ``L + s/B``; a batch of ``m`` samples in rounds of ``q``
+in flight takes ``ceil(m/q)*L + m*s/B`` (a store reading one file at a time is
+then latency only: its workers scale until something else limits them). Two
+probes, two unknowns: B and L. The samples probed are not among the analysed
+steps, and are evicted again after.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ class StorageProbe:
 def store_inflight(dataset: Any, batch_size: int) -> int:
     """Requests one worker keeps in flight: S3's ``max_inflight``, a batch, or one for files."""
     store = getattr(dataset, "store", None)
-    limit = getattr(store, "max_inflight", None)
+    limit = getattr(getattr(store, "settings", None), "max_inflight", None)
     if isinstance(limit, int) and limit > 0:
-        return limit
+        return min(limit, batch_size)
     name = type(store).__name__
     if name == "LocalStore":
         return 1
@@ -72,15 +73,18 @@ def probe_storage(dataset: Any, indices: Sequence[int], batch_size: int) -> Stor
     evict(dataset, singles + batch)
     single_s = statistics.median(times)
     size = sum(sizes) / len(sizes)
-    m = len(batch)
-    extra = batch_s - single_s
-    bandwidth = (m - 1) * size / extra if m > 1 and extra > 0.0001 * m else UNLIMITED
+    # one read: L + s/B; a batch of m in rounds of q: R*L + m*s/B, R = ceil(m/q)
+    m, q = len(batch), store_inflight(dataset, batch_size)
+    rounds = -(-m // q)
+    extra = batch_s - rounds * single_s
+    # one request at a time, or no visible transfer time: latency only
+    bandwidth = (m - rounds) * size / extra if m > rounds and extra > 1e-4 * m else UNLIMITED
     latency = max(0.0, single_s - size / bandwidth)
     return StorageProbe(
         sample_bytes=size,
         bandwidth=bandwidth,
         latency_s=latency,
-        inflight=store_inflight(dataset, batch_size),
+        inflight=q,
         single_s=single_s,
         batch_s=batch_s,
     )

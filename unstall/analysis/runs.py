@@ -107,10 +107,19 @@ class Run:
     start: float
     spans: list[tuple[float, ...]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    step_s: list[float] = field(default_factory=list)
 
     @property
     def samples_per_s(self) -> float:
         return self.samples / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def steady_rate(self) -> float:
+        """Samples/s at the median step time: the rate without the machine's bursts."""
+        if not self.step_s or not self.samples:
+            return self.samples_per_s
+        median = sorted(self.step_s)[len(self.step_s) // 2]
+        return self.samples / self.steps / median if median > 0 else self.samples_per_s
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -140,6 +149,7 @@ def train_loop(
         step(batch)
     wait = compute = 0.0
     samples = done = 0
+    step_s: list[float] = []
     start = time.perf_counter()
     t0 = start
     while done < steps:
@@ -150,12 +160,13 @@ def train_loop(
         step(batch)
         t2 = time.perf_counter()
         wait, compute = wait + t1 - t0, compute + t2 - t1
+        step_s.append(t2 - t0)
         samples += _batch_len(batch)
         done += 1
         t0 = t2
         if on_step is not None:
             on_step()
-    return Run(kind, samples, t0 - start, wait, compute, done, start)
+    return Run(kind, samples, t0 - start, wait, compute, done, start, step_s=step_s)
 
 
 def synthetic_run(work: Workload, warmup: int, steps: int, **kw: Any) -> Run:

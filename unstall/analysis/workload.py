@@ -44,9 +44,13 @@ def builtin_workload(
         step, to_device = SimulatedAccelerator(rate).step, None
         name = f"{model} (simulated at {rate:,.0f} samples/s)"
     return Workload(
-        dataset, step, batch_size=batch_size, num_workers=workers, to_device=to_device,
+        dataset,
+        step,
+        batch_size=batch_size,
+        num_workers=workers,
+        to_device=to_device,
         name=f"{name}, {os.fspath(data)}",
-    )  # fmt: skip
+    )
 
 
 def _real_model(name: str) -> tuple[Callable[[Any], None], Callable[[Any], Any]]:
