@@ -44,6 +44,10 @@ def analyze(
     """
     if (data is None) == (dataset is None):
         raise ValueError("pass either data=DIR_OR_URL (built-in workload) or dataset= and step=")
+    if what_if:
+        from unstall.analysis.model import parse_what_if
+
+        parse_what_if(what_if, Config(workers=1, batch_size=batch_size))  # fails before runs
     if data is not None:
         from unstall.analysis.workload import builtin_workload
 
