@@ -135,6 +135,8 @@ def analyze_workload(
         notes.append("storage is not local files: the cold run reads it as it is (no eviction)")
     rates, fetch_rate = derive_rates(work, runs, probe)
     stall = stall_shares(runs)
+    if not work.split:
+        stall = split_by_worker_time(stall, rates)
     prep_rate = predict(rates, Config(work.num_workers, work.batch_size)).caps["prep"]
     return Analysis(
         workload=work.name,
@@ -206,6 +208,16 @@ def stall_shares(runs: dict[str, Run]) -> dict[str, float]:
         "prep": round(prep, 4),
         "fetch": round(fetch, 4),
     }
+
+
+def split_by_worker_time(stall: dict[str, float], rates: Rates) -> dict[str, float]:
+    """For a dataset that does not separate fetching from preparing: a warm re-run does not
+    remove its I/O waits (nothing is fetched apart), so the stall is shared out in the
+    proportion of the workers' time per sample: CPU time (prepare) and the rest (fetch)."""
+    total = stall["prep"] + stall["fetch"]
+    io, cpu = rates.latency_s, rates.prep_cpu_s
+    fetch = total * io / (io + cpu) if io + cpu > 0 else 0.0
+    return {"compute": stall["compute"], "prep": round(total - fetch, 4), "fetch": round(fetch, 4)}
 
 
 def bottleneck_of(stall: dict[str, float], prep_rate: float, fetch_rate: float) -> str:
