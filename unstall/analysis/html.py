@@ -87,8 +87,7 @@ def _whatif(path: str, report: dict[str, Any]) -> None:
     axes[1].plot(c["workers"]["x"], c["workers"]["y"], marker="o", color="#55a868")
     axes[1].set_xlabel("workers")
     axes[2].plot(c["bandwidth"]["x"], c["bandwidth"]["y"], marker="o", color="#c44e52")
-    axes[2].set_xscale("log")
-    axes[2].set_xlabel("storage bandwidth (MB/s)")
+    axes[2].set_xlabel("storage bandwidth (x measured)")
     for ax, name in zip(axes, ("vs cache size", "vs workers", "vs bandwidth"), strict=True):
         ax.set_ylabel("samples/s")
         ax.set_ylim(bottom=0)

@@ -62,7 +62,7 @@ def grid(rates: Rates, base: Config, num_samples: int) -> list[dict[str, Any]]:
     ]
 
 
-def curves(rates: Rates, base: Config, num_samples: int) -> dict[str, Any]:
+def curves(rates: Rates, base: Config, num_samples: int, delivered: float) -> dict[str, Any]:
     """Throughput against cache size (unstall's vs the page cache's), workers, bandwidth."""
     fractions = [i / 20 for i in range(21)]
     out: dict[str, Any] = {
@@ -80,10 +80,14 @@ def curves(rates: Rates, base: Config, num_samples: int) -> dict[str, Any]:
         "x": workers,
         "y": [predict(rates, replace(base, workers=w)).samples_per_s for w in workers],
     }
-    b0 = rates.bandwidth
+    from unstall.analysis.probe import UNLIMITED
+
+    # around the measured bandwidth; storage with no visible limit: around what it delivered
+    b0 = rates.bandwidth if rates.bandwidth < UNLIMITED else delivered * rates.sample_bytes
     scales = [0.25, 0.5, 1, 2, 4, 8]
     out["bandwidth"] = {
-        "x": [b0 * s / 1e6 for s in scales],
+        "x": scales,  # times the storage bandwidth measured
+        "base_bytes_per_s": b0,
         "y": [predict(rates, replace(base, bandwidth=b0 * s)).samples_per_s for s in scales],
     }
     return out

@@ -62,7 +62,7 @@ def build_report(a: Analysis, *, what_if: str | None = None) -> dict[str, Any]:
         ),
         "model_check": _model_check(a, base),
         "what_if": grid(a.rates, base, a.num_samples),
-        "curves": curves(a.rates, base, a.num_samples),
+        "curves": curves(a.rates, base, a.num_samples, a.fetch_rate),
         "recommendation": recommend(a.rates, base, a.num_samples, cold),
         "notes": a.notes,
         "machine": {"cores": a.rates.cores, "python": platform.python_version()},
@@ -135,10 +135,11 @@ def _fetch_how(report: dict[str, Any]) -> str:
     st = report.get("storage")
     if not st:
         return "workers' time per sample minus their CPU time"
-    return (
-        f"fetch-only run; storage {st['bandwidth_bytes_per_s'] / 1e6:,.1f} MB/s, "
-        f"{st['latency_ms']:.1f} ms/request"
-    )
+    from unstall.analysis.probe import UNLIMITED
+
+    bandwidth = st["bandwidth_bytes_per_s"]
+    limit = "no bandwidth limit seen" if bandwidth >= UNLIMITED else f"{bandwidth / 1e6:,.1f} MB/s"
+    return f"fetch-only run; storage: {limit}, {st['latency_ms']:.1f} ms/request"
 
 
 def _kwargs(kwargs: dict[str, Any]) -> str:
