@@ -4,10 +4,15 @@ bottleneck of each regime."""
 
 from __future__ import annotations
 
-import pytest
+import time
 
-from tests.analysis.conftest import make_workload
+import pytest
+import torch
+
+import unstall
+from tests.analysis.conftest import Burn, make_workload
 from unstall.analysis import analyze_workload
+from unstall.bench.accelerator import SimulatedAccelerator
 
 # rates well below what 2 busy cores do: samples of 20 KB, batches of 16, 2 workers
 REGIMES = {
@@ -51,3 +56,35 @@ def test_rates_and_bottleneck(regime, truth_files):
         assert a.probe.latency_s == pytest.approx(settings["latency_s"], abs=0.002)
     # the cached run read the steps from unstall's cache, not from storage
     assert a.cached_hit_rate is not None and a.cached_hit_rate > 0.95
+
+
+class OpenAndDecode(torch.utils.data.Dataset):
+    """A plain dataset: ``__getitem__`` waits on "I/O" (sleeps) then decodes (burns CPU)."""
+
+    def __init__(self, n: int, io_s: float, cpu_s: float):
+        self.n, self.io_s, self.burn = n, io_s, Burn(cpu_s)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(self.io_s)
+        return self.burn(b"x" * (index % 7))
+
+
+def test_plain_dataset_split_by_worker_cpu_time():
+    """unstall.analyze(dataset=, step=): a worker's CPU time is prepare, the rest is fetch."""
+    accel = SimulatedAccelerator(1000)
+    report = unstall.analyze(
+        dataset=OpenAndDecode(400, io_s=0.006, cpu_s=0.003),
+        step=accel.step,
+        batch_size=8,
+        num_workers=2,
+        warmup=3,
+        steps=15,
+    )
+    assert within(report["prep_rate_per_worker"], 1 / 0.003)
+    assert within(report["fetch_rate"], 2 / 0.006, 0.15)  # sleeps overshoot a little
+    assert report["bottleneck"] == "fetch", report["stall"]
+    assert report["stall"]["fetch"] > report["stall"]["prep"] > 0
+    assert "CPU time" in report["split"] and report["storage"] is None

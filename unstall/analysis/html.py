@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from unstall.analysis.timeline import LOOP, lanes, write_trace
+from unstall.analysis.timeline import LOOP, lane_order, lanes, write_trace
 
 COLORS = {
     "compute": "#4c72b0",
@@ -104,7 +104,7 @@ def _timeline(path: str, spans: Sequence[tuple[float, ...]]) -> None:
     from matplotlib.patches import Patch
 
     data = lanes(spans, seconds=3.0)
-    names = [LOOP, *sorted((k for k in data if k != LOOP), key=lambda s: int(s.split()[-1]))]
+    names = sorted({LOOP, *data}, key=lane_order)
     fig, ax = plt.subplots(figsize=(12, 0.6 * len(names) + 1.2), dpi=100)
     for y, name in enumerate(names):
         for kind in ("compute", "wait", "fetch", "prepare"):

@@ -115,6 +115,7 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
     stall.add_row(f"{s['compute']:.0%}", f"{s['prep']:.0%}", f"{s['fetch']:.0%}")
     console.print(stall)
     console.print(f"[bold]{report['summary']}[/bold]")
+    console.print(_grid_table(report["what_if"]))
     rec = report["recommendation"]
     console.print(
         f"Recommendation: DataLoader({_kwargs(rec['kwargs'])}): predicted "
@@ -129,6 +130,21 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
         )
     for note in report["notes"]:
         console.print(f"  note: {note}")
+
+
+def _grid_table(rows: list[dict[str, Any]]) -> Any:
+    """The what-if grid as workers (rows) x cache fraction (columns), predicted samples/s."""
+    from rich.table import Table
+
+    caches = sorted({r["cache"] for r in rows})
+    table = Table(title="what if: predicted samples/s (workers x cache / dataset)")
+    table.add_column("workers", justify="right")
+    for c in caches:
+        table.add_column(f"cache {c:g}", justify="right")
+    for w in sorted({r["workers"] for r in rows}):
+        cells = {r["cache"]: r for r in rows if r["workers"] == w}
+        table.add_row(str(w), *(f"{cells[c]['samples_per_s']:,.0f}" for c in caches))
+    return table
 
 
 def _fetch_how(report: dict[str, Any]) -> str:

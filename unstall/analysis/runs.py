@@ -61,7 +61,8 @@ class Workload:
             seed=self.seed,
         )
 
-    def loader(self, *, cache: Any = None, dataset: Any = None, **extra: Any) -> DataLoader:
+    def loader(self, *, cache: Any = None, **extra: Any) -> DataLoader:
+        """An `unstall.DataLoader` over the known order (seeded, shuffled), spans recorded."""
         kwargs = {
             "batch_size": self.batch_size,
             "shuffle": True,
@@ -73,7 +74,7 @@ class Workload:
             **extra,
         }
         with timeline_on():
-            return DataLoader(self.dataset if dataset is None else dataset, **kwargs)
+            return DataLoader(self.dataset, **kwargs)
 
 
 @contextlib.contextmanager
@@ -273,7 +274,8 @@ class FetchOnly(torch.utils.data.Dataset):
 
 def fetch_run(work: Workload, warmup: int, steps: int) -> Run:
     """Workers only fetch (no prepare, no model): the loader's fetch rate as configured."""
-    keep = {k: v for k, v in work.loader_kwargs.items() if k not in ("collate_fn", "device")}
+    unused = ("collate_fn", "device", "prep", "device_transform")  # nothing is prepared
+    keep = {k: v for k, v in work.loader_kwargs.items() if k not in unused}
     loader = DataLoader(
         FetchOnly(work.dataset),
         batch_size=work.batch_size,
@@ -281,8 +283,8 @@ def fetch_run(work: Workload, warmup: int, steps: int) -> Run:
         drop_last=True,
         num_workers=work.num_workers,
         seed=work.seed,
-        collate_fn=torch.tensor,
-        **{k: v for k, v in keep.items() if k not in ("prep", "device_transform")},
+        collate_fn=torch.tensor,  # sizes only: the bytes stay in the workers
+        **keep,
     )
     it = iter(loader)
     try:

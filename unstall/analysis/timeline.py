@@ -9,8 +9,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-#: Lane name of the training loop.
+#: Lane names of the training loop, and of loading done in it (a loader without workers).
 LOOP = "training loop"
+MAIN = "main process"
+MAIN_TID = 1000
 
 
 def lanes(spans: Sequence[tuple[float, ...]], seconds: float = 3.0) -> dict[str, list[tuple]]:
@@ -33,15 +35,26 @@ def lanes(spans: Sequence[tuple[float, ...]], seconds: float = 3.0) -> dict[str,
             out[LOOP].append(("compute", prev_end - origin, wait0 - origin))
         out[LOOP].append(("wait", wait0 - origin, wait1 - origin))
         prev_end = wait1
-        lane = out.setdefault(f"worker {int(worker)}", [])
+        lane = out.setdefault(lane_name(int(worker)), [])
         if t1 > t0:
             lane.append(("fetch", max(t0, origin) - origin, t1 - origin))
         lane.append(("prepare", max(t1, origin) - origin, t2 - origin))
     return out
 
 
+def lane_name(worker: int) -> str:
+    """``worker K``, or ``main process`` when the loader loads without workers."""
+    return f"worker {worker}" if worker >= 0 else MAIN
+
+
+def lane_order(name: str) -> int:
+    """Lanes top to bottom: the training loop, loading in the main process, workers by id."""
+    return -2 if name == LOOP else -1 if name == MAIN else int(name.split()[-1])
+
+
 def chrome_trace(spans: Sequence[tuple[float, ...]], *, seconds: float = 10.0) -> dict[str, Any]:
-    """The spans as trace events: pid 1, thread 0 = the training loop, thread k+1 = worker k."""
+    """The spans as trace events: pid 1, thread 0 = the training loop, thread k+1 = worker k
+    (1000: loading in the main process)."""
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "unstall analyze"}},
         {"name": "thread_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": LOOP}},
@@ -51,7 +64,7 @@ def chrome_trace(spans: Sequence[tuple[float, ...]], *, seconds: float = 10.0) -
         if lane == LOOP:
             tid = 0
         else:
-            tid = int(lane.split()[-1]) + 1
+            tid = MAIN_TID if lane == MAIN else lane_order(lane) + 1
             if tid not in named:
                 named.add(tid)
                 events.append(
