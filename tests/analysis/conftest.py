@@ -60,9 +60,15 @@ def truth_files(tmp_path: Path) -> Iterator[tuple[Path, list[str]]]:
     yield tmp_path, write_files(tmp_path, 640, 20_000)
 
 
+def own_segments() -> set[str]:
+    """unstall's shared-memory files made by this process (others may run tests beside us)."""
+    pid = str(os.getpid())
+    return {n for n in os.listdir("/dev/shm") if "unstall" in n and pid in n}
+
+
 @pytest.fixture(autouse=True)
 def shm_clean() -> Iterator[None]:
-    before = set(os.listdir("/dev/shm"))
+    before = own_segments()
     yield
-    left = {n for n in set(os.listdir("/dev/shm")) - before if "unstall" in n}
+    left = own_segments() - before
     assert not left, f"left in /dev/shm: {sorted(left)}"
