@@ -66,3 +66,14 @@ def test_script_mode_runs_stops_and_leaves_nothing(tmp_path):
         p for p in psutil.Process().children(recursive=True) if "train_min" in " ".join(p.cmdline())
     ]
     assert not {n for n in set(os.listdir("/dev/shm")) - before if "unstall" in n}
+
+
+def test_every_rank_reported_and_the_slowest_named():
+    from unstall.analysis.script import _rank_table
+
+    def doc(rank: int, step_s: float, wait_s: float) -> dict:
+        return {"rank": rank, "steps": [[wait_s, step_s - wait_s, 32]] * 10}
+
+    rows = _rank_table([doc(0, 0.1, 0.02), doc(1, 0.2, 0.15), doc(2, 0.1, 0.01)])
+    assert [r["rank"] for r in rows] == [1, 0, 2]  # slowest first
+    assert rows[0] == {"rank": 1, "samples_per_s": 160.0, "wait_share": 0.75}

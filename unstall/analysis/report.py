@@ -128,6 +128,12 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
             f"What if {q['asked']}: {q['samples_per_s']:,.0f} samples/s, epoch "
             f"{q['epoch_s']:,.1f} s ({q['bound']}-bound)"
         )
+    if len(report.get("ranks") or []) > 1:
+        per = ", ".join(
+            f"rank {r['rank']} {r['samples_per_s']:,.0f}/s (waits {r['wait_share']:.0%})"
+            for r in sorted(report["ranks"], key=lambda r: r["rank"])
+        )
+        console.print(f"Ranks: {per}; slowest: rank {report['slowest_rank']} (analysed above)")
     for note in report["notes"]:
         console.print(f"  note: {note}")
 

@@ -57,6 +57,7 @@ def analyze_script(
     out = tempfile.mkdtemp(prefix="unstall-analyze-")
     runs: dict[str, Run] = {}
     docs: dict[str, dict[str, Any]] = {}
+    per_rank: dict[str, list[dict[str, Any]]] = {}
     try:
         with Progress(
             TextColumn("{task.description}"),
@@ -88,11 +89,15 @@ def analyze_script(
                     )
                 finally:
                     shutil.rmtree(env["UNSTALL_RUN_DIR"], ignore_errors=True)
-                docs[mode] = _result(out, mode, done)
-                runs[mode] = _run_of(mode, docs[mode])
+                per_rank[mode] = _results(out, mode, done)
                 bar.update(task, advance=1)
     finally:
         shutil.rmtree(out, ignore_errors=True)
+    ranks = _rank_table(per_rank["cold"])
+    slowest = ranks[0]["rank"]  # the analysis follows the slowest rank
+    for mode, found in per_rank.items():
+        docs[mode] = next((d for d in found if d["rank"] == slowest), found[0])
+        runs[mode] = _run_of(mode, docs[mode])
     cold = docs["cold"]
     workers = int(cold["num_workers"] or 0)
     batch = int(cold["batch_size"] or 1)
@@ -120,10 +125,14 @@ def analyze_script(
             "per sample, each worker's CPU time counts as prepare, the rest as fetch"
         ],
     )
-    return report_of(analysis, what_if=what_if, html_dir=html_dir)
+    report = report_of(analysis, what_if=what_if, html_dir=html_dir)
+    report["ranks"] = ranks
+    report["slowest_rank"] = slowest
+    return report
 
 
-def _result(out: str, mode: str, done: subprocess.CompletedProcess) -> dict[str, Any]:
+def _results(out: str, mode: str, done: subprocess.CompletedProcess) -> list[dict[str, Any]]:
+    """Each rank's figures for ``mode`` (one process per rank under torchrun)."""
     found = sorted(glob.glob(os.path.join(out, f"{mode}-*.json")))
     if not found:
         tail = (done.stderr or "").strip().splitlines()[-8:]
@@ -131,8 +140,27 @@ def _result(out: str, mode: str, done: subprocess.CompletedProcess) -> dict[str,
             f"the {mode} run made no unstall-swapped DataLoader batches (exit {done.returncode})"
             + ("; its last output:\n  " + "\n  ".join(tail) if tail else "")
         )
-    with open(found[0]) as f:
-        return json.load(f)
+    docs = []
+    for path in found:
+        with open(path) as f:
+            docs.append(json.load(f))
+    return docs
+
+
+def _rank_table(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per rank of the cold run: samples/s and the share of time it waited; slowest first."""
+    rows = []
+    for doc in docs:
+        steps = doc["steps"]
+        wall = sum(s[0] + s[1] for s in steps)
+        rows.append(
+            {
+                "rank": int(doc["rank"]),
+                "samples_per_s": round(sum(s[2] for s in steps) / wall, 2) if wall else 0.0,
+                "wait_share": round(sum(s[0] for s in steps) / wall, 4) if wall else 0.0,
+            }
+        )
+    return sorted(rows, key=lambda r: (r["samples_per_s"], r["rank"]))
 
 
 def _run_of(mode: str, doc: dict[str, Any]) -> Run:
