@@ -277,7 +277,7 @@ def test_nvimgcodec_decodes_like_the_cpu_decoder(jpeg_dir):
 @pytest.fixture
 def gpu_prep_on_cpu(monkeypatch):
     """Make ``prep="gpu"`` run GPU prep's loader path on the CPU, with the CPU decoder."""
-    import unstall.loader.dataloader as module
+    import unstall.loader.build as module
     from unstall.loader.on_device import gpu_prep_parts, plan_prep, standard_pipeline
 
     def plan(prep, dataset, device, collate_fn):

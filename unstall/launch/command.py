@@ -33,8 +33,10 @@ def run_env(
             becomes the command by ``exec``).
     """
     env = dict(os.environ if base is None else base)
-    package_root = str(SITE_DIR.parent.parent.parent)  # so `import unstall` works anywhere
-    paths = [str(SITE_DIR), package_root, *filter(None, env.get("PYTHONPATH", "").split(":"))]
+    paths = [str(SITE_DIR), *filter(None, env.get("PYTHONPATH", "").split(":"))]
+    package_root = SITE_DIR.parent.parent.parent
+    if package_root.name not in ("site-packages", "dist-packages"):  # a source checkout
+        paths.insert(1, str(package_root))  # so `import unstall` works from any directory
     env["PYTHONPATH"] = ":".join(dict.fromkeys(paths))
     env["UNSTALL_RUN_DIR"] = tempfile.mkdtemp(prefix="unstall-run-")
     env["UNSTALL_RUN_ROOT"] = str(os.getpid() if root_pid is None else root_pid)
