@@ -84,7 +84,8 @@ def test_plain_dataset_split_by_worker_cpu_time():
         steps=15,
     )
     assert within(report["prep_rate_per_worker"], 1 / 0.003)
-    assert within(report["fetch_rate"], 2 / 0.010, 0.15)  # sleeps overshoot a little
+    # wall minus CPU time: on a busy machine a worker also waits for a core, so this one is loose
+    assert within(report["fetch_rate"], 2 / 0.010, 0.5)
     assert report["bottleneck"] == "fetch", report["stall"]
     assert report["stall"]["fetch"] > report["stall"]["prep"] > 0
     assert "CPU time" in report["split"] and report["storage"] is None

@@ -106,6 +106,7 @@ def recommend(rates: Rates, base: Config, num_samples: int, measured: float) -> 
     cheap = [(c.workers + 4 * c.cache, -p, c) for p, c in options if p >= 0.97 * best]
     _, neg, config = min(cheap, key=lambda t: (t[0], t[1]))
     predicted = -neg
+    current = predict(rates, base).samples_per_s
     kwargs: dict[str, Any] = {"num_workers": config.workers}
     if config.cache > 0:
         kwargs["cache"] = config.cache
@@ -114,7 +115,9 @@ def recommend(rates: Rates, base: Config, num_samples: int, measured: float) -> 
         "config": config.label(),
         "predicted_samples_per_s": round(predicted, 1),
         "measured_samples_per_s": round(measured, 1),
-        "predicted_speedup": round(predicted / measured, 3) if measured > 0 else None,
+        # model over model: the measured rate carries the machine's noise of the moment
+        "predicted_speedup": round(predicted / current, 3) if current > 0 else None,
+        "predicted_current_samples_per_s": round(current, 1),
         "bound": predict(rates, config).bound,
         "limits": {"cores": rates.cores, "max_cache_fraction": round(top_cache, 3)},
     }

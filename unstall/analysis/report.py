@@ -120,7 +120,8 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
     console.print(
         f"Recommendation: DataLoader({_kwargs(rec['kwargs'])}): predicted "
         f"{rec['predicted_samples_per_s']:,.0f} samples/s, {rec['predicted_speedup']}x the "
-        f"measured {rec['measured_samples_per_s']:,.0f}/s"
+        f"{rec['predicted_current_samples_per_s']:,.0f}/s predicted as it is "
+        f"(measured {rec['measured_samples_per_s']:,.0f}/s)"
     )
     if "question" in report:
         q = report["question"]

@@ -109,10 +109,19 @@ class Run:
     spans: list[tuple[float, ...]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     step_s: list[float] = field(default_factory=list)
+    compute_steps: list[float] = field(default_factory=list)
 
     @property
     def samples_per_s(self) -> float:
         return self.samples / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def compute_rate(self) -> float:
+        """Samples/s of the model alone in this run: at its median time inside a step."""
+        if not self.compute_steps or not self.samples:
+            return 0.0
+        median = sorted(self.compute_steps)[len(self.compute_steps) // 2]
+        return self.samples / self.steps / median if median > 0 else 0.0
 
     @property
     def steady_rate(self) -> float:
@@ -151,6 +160,7 @@ def train_loop(
     wait = compute = 0.0
     samples = done = 0
     step_s: list[float] = []
+    compute_steps: list[float] = []
     start = time.perf_counter()
     t0 = start
     while done < steps:
@@ -162,12 +172,23 @@ def train_loop(
         t2 = time.perf_counter()
         wait, compute = wait + t1 - t0, compute + t2 - t1
         step_s.append(t2 - t0)
+        compute_steps.append(t2 - t1)
         samples += _batch_len(batch)
         done += 1
         t0 = t2
         if on_step is not None:
             on_step()
-    return Run(kind, samples, t0 - start, wait, compute, done, start, step_s=step_s)
+    return Run(
+        kind,
+        samples,
+        t0 - start,
+        wait,
+        compute,
+        done,
+        start,
+        step_s=step_s,
+        compute_steps=compute_steps,
+    )
 
 
 def synthetic_run(work: Workload, warmup: int, steps: int, **kw: Any) -> Run:

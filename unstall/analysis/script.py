@@ -178,6 +178,7 @@ def _run_of(mode: str, doc: dict[str, Any]) -> Run:
         len(steps),
         doc["start"],
         step_s=[s[0] + s[1] for s in steps],
+        compute_steps=[s[1] for s in steps],
     )
     run.spans = [tuple(s) for s in doc["timeline"]]
     run.stats = doc["stats"]
