@@ -48,7 +48,8 @@ class DataLoader:
             `DistributedSampler`); default from `torch.distributed` when it is
             initialized, else one shard.
         cache: an `unstall.Cache` (or any object with ``bind(dataset)``) that serves
-            raw bytes before the dataset's store is asked.
+            raw bytes before the dataset's store is asked. Not given: a local-disk
+            cache for remote (``s3://``) datasets, none for local ones; False: none.
         device: None (batches stay on the host), ``"cpu"``, ``"cuda"`` or a
             `torch.device`: batches are copied there on a side stream, one batch
             ahead, so the copy overlaps the training step.
@@ -153,7 +154,9 @@ class DataLoader:
         if self.device is not None or zero_copy:
             pin_memory = False  # the device stage pins (slots are page-locked once)
         self.collate_fn = collate_fn
-        self._fetch_layer: FetchLayer | None = cache.bind(dataset) if cache is not None else None
+        from unstall.cache.tiers import bind_cache  # issue 20: None -> disk tier if remote
+
+        self._fetch_layer: FetchLayer | None = bind_cache(cache, dataset)  # False: no cache
         self._stats_sources: list[Callable[[], dict[str, Any]]] = []
         for part in (self._fetch_layer, getattr(dataset, "store", None)):
             if part is not None and callable(getattr(part, "stats", None)):
