@@ -57,7 +57,12 @@ def bind_tiers(
 ) -> TieredLayer:
     """Open the disk tier of ``dataset`` under the RAM layer ``ram`` (None: no RAM tier)."""
     if total is None:
-        total = estimate_dataset_bytes(dataset)
+        try:
+            total = estimate_dataset_bytes(dataset)
+        except Exception:  # a bad key or a slow store: errors belong to the epoch that meets them
+            if disk != "auto":
+                raise
+            total = 1 << 62  # unknown: the free space decides
     if disk == "auto":
         capacity = auto_disk_bytes(total)
     elif isinstance(disk, float):
