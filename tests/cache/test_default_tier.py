@@ -71,3 +71,29 @@ def test_cache_false_and_local_datasets_have_no_cache(server, tmp_path, make_dat
     assert unstall.DataLoader(_dataset(srv, tmp_path), cache=False)._fetch_layer is None
     assert unstall.DataLoader(make_dataset(8))._fetch_layer is None
     assert not os.path.exists(disk_tier.tier_dir())
+
+
+def test_bench_default_epoch2_case_makes_no_request_after_epoch_1(
+    server, tmp_path, unstall_cache_dir
+):
+    from unstall.bench.s3 import raw_collate
+    from unstall.bench.s3_default import default_epoch2
+    from unstall.stores.s3 import S3Store
+
+    srv, items = server
+    keys = sorted(items)
+    (tmp_path / "local").mkdir()
+    for key, raw in items.items():
+        (tmp_path / "local" / key).write_bytes(raw)
+
+    def dataset() -> unstall.FileDataset:
+        store = S3Store(f"s3://{BUCKET}/d", **srv.store_options(), manifest_dir=tmp_path / "m")
+        return unstall.FileDataset(store, keys, labels=[0] * N)
+
+    common = {"batch_size": 8, "num_workers": 2, "collate_fn": raw_collate}
+    out = default_epoch2(dataset, tmp_path / "local", keys, common, repeats=2)
+    assert out["requests"] == 0 and out["epoch1_requests"] >= N
+    assert out["disk_hit_rate"] == 1.0 and out["disk_bytes"] >= sum(map(len, items.values()))
+    assert out["samples_per_s"] > 0 and out["local_ratio"] > 0 and len(out["runs_per_s"]) == 2
+    assert os.environ["UNSTALL_CACHE_DIR"] == str(unstall_cache_dir)  # its temporary one is gone
+    assert not os.path.exists(disk_tier.tier_dir())
