@@ -3,7 +3,9 @@
 With a fresh random order every epoch no cache of C items can hit more than C/N
 of the time, and one that never evicts reaches exactly that (DESIGN.md section 2).
 One segment per dataset is shared by every worker and every job of the user on
-the node. Use it as ``unstall.DataLoader(ds, cache=unstall.Cache("8GiB"))``.
+the node. Use it as ``unstall.DataLoader(ds, cache=unstall.Cache("8GiB"))``. A local-disk tier
+can sit under it (``Cache(ram="8GiB", disk="500GiB")``, `unstall.cache.disk_tier`); remote
+datasets get one by default (`unstall.cache.tiers.bind_cache`).
 """
 
 from __future__ import annotations
