@@ -134,6 +134,10 @@ def test_job_killed_mid_write_leaves_nothing_served_wrong(tmp_path):
         # the item half written and the rest of its batch (claimed, not yet written)
         assert int((index.state == CLAIMED).sum()) == 4
         published = int((index.state == READY).sum())
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    half_created = Path(f"{disk_tier.index_path(name)}.{gone.pid}.tmp")  # by a dead process
+    half_created.write_bytes(b"\0" * 100)
     ds = unstall.FileDataset(tmp_path / "data", [f"{i:05d}.bin" for i in range(200)])
     with unstall.Cache(disk=0.5) as cache:
         loader = unstall.DataLoader(ds, batch_size=8, shuffle=True, num_workers=2, cache=cache)
@@ -146,6 +150,7 @@ def test_job_killed_mid_write_leaves_nothing_served_wrong(tmp_path):
         cache.check()
     (tier,) = [c for c in list_caches() if c["tier"] == "disk"]
     assert os.path.getsize(tier["path"]) == tier["used_bytes"] == 100 * 256
+    assert not half_created.exists()
 
 
 @contextlib.contextmanager

@@ -114,6 +114,8 @@ def open_tier(
             fd = os.open(data_path(index), os.O_RDWR | os.O_CREAT, 0o600)
             if how == "reclaimed":
                 _cut_tail(index, fd)
+            if how != "attached":  # index files half-created by dead processes
+                _remove_dead_tmp(glob.escape(path) + ".*.tmp")
     except BaseException:
         with index.locked():
             index.slots[index.slots[:, S_GROUP] == group] = 0
@@ -160,6 +162,18 @@ def _remove_other_data_files(index_file: str, keep: str) -> None:
         if path != keep:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+
+def _remove_dead_tmp(pattern: str) -> list[str]:
+    """Remove ``<file>.<pid>.tmp`` files matching ``pattern`` whose creating process is gone."""
+    removed = []
+    for path in glob.glob(pattern):
+        pid = path[: -len(".tmp")].rpartition(".")[2]
+        if pid.isdigit() and not segment.pid_alive(int(pid), 0):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            removed.append(os.path.basename(path))
+    return removed
 
 
 def get_many(index: ShmCache, fd: int, indices: list[int]) -> list[bytes | None]:
@@ -326,10 +340,4 @@ def remove_orphans() -> list[str]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             removed.append(os.path.basename(path))
-    for path in glob.glob(glob.escape(prefix) + "*.tmp"):
-        pid = path[: -len(".tmp")].rpartition(".")[2]
-        if pid.isdigit() and not segment.pid_alive(int(pid), 0):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            removed.append(os.path.basename(path))
-    return removed
+    return removed + _remove_dead_tmp(glob.escape(prefix) + "*.tmp")
