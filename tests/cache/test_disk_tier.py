@@ -157,13 +157,16 @@ def test_job_killed_mid_write_leaves_nothing_served_wrong(tmp_path):
 def _small_disk(path: Path, size: str):
     """A tmpfs of ``size`` at ``path`` (root only); yields False where it cannot be mounted."""
     path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True)  # fmt: skip
     try:
-        yield done.returncode == 0
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                              capture_output=True, timeout=20).returncode == 0  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):  # no mount(8) here
+        done = False
+    try:
+        yield done
     finally:
-        if done.returncode == 0:
-            subprocess.run(["umount", "-l", str(path)], check=False)
+        if done:
+            subprocess.run(["umount", "-l", str(path)], check=False, timeout=20)
 
 
 def test_full_disk_warns_once_and_serves_correct_bytes(tmp_path, monkeypatch):
