@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
             f"{format_bytes(r['used_bytes'])} ({r['used_bytes'] / max(cap, 1):.0%})",
             f"{r['items_cached']:,} / {r['items']:,}",
             format_bytes(r["file_bytes"]) if r["tier"] == "disk" else "-",
-            ", ".join(map(str, r["users_alive"])) or "none (stale)",
+            ", ".join(map(str, r["users_alive"]))
+            or ("none (kept for the next job)" if r["tier"] == "disk" else "none (stale)"),
         )
     console.print(table)
     return 0
