@@ -69,7 +69,7 @@ class Workload:
             "drop_last": True,
             "num_workers": self.num_workers,
             "seed": self.seed,
-            "cache": cache,
+            "cache": cache if cache is not None else False,  # no default disk tier either
             **self.loader_kwargs,
             **extra,
         }
@@ -305,6 +305,7 @@ def fetch_run(work: Workload, warmup: int, steps: int) -> Run:
         num_workers=work.num_workers,
         seed=work.seed,
         collate_fn=torch.tensor,  # sizes only: the bytes stay in the workers
+        cache=False,  # storage as it is: no default disk tier
         **keep,
     )
     it = iter(loader)
