@@ -14,6 +14,10 @@ def __getattr__(name: str):  # lazy: heavier modules load on first use
         from unstall.pipeline import ImagePipeline
 
         return ImagePipeline
+    if name == "analyze":
+        from unstall.analysis import analyze
+
+        return analyze
     if name == "Cache":
         from unstall.cache import Cache
 
@@ -36,6 +40,7 @@ __all__ = [
     "SampleError",
     "Store",
     "StoreError",
+    "analyze",
     "open_store",
     "patch_torch",
 ]

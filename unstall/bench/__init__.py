@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "s3": "unstall.bench.s3",
     "prep": "unstall.bench.prep",
     "train": "unstall.bench.train",
+    "whatif": "unstall.bench.whatif",
     "distributed": "unstall.bench.distributed",
 }
 
