@@ -25,18 +25,25 @@ N, SIZE = 400, 512
 # A job: 2 workers, RAM 30 % and disk 50 % of the dataset, 3 epochs, every epoch checked
 # byte for byte against storage; reports the cache stats of each epoch.
 JOB = r"""
-import json, sys
+import json, os, sys, time
 import unstall
-root, n = sys.argv[1], int(sys.argv[2])
+root, n, meet = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def rendezvous(tag):  # both jobs hold the caches at once (bounded wait)
+    open(os.path.join(meet, f"{tag}-{os.getpid()}"), "w").close()
+    deadline = time.monotonic() + 60
+    while sum(f.startswith(tag) for f in os.listdir(meet)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
 ds = unstall.FileDataset(root, [f"{i:05d}.bin" for i in range(n)])
 truth = sorted(ds.fetch(range(n)))
 cache = unstall.Cache(ram=0.3, disk=0.5)
 loader = unstall.DataLoader(ds, batch_size=16, shuffle=True, num_workers=2, cache=cache)
+rendezvous("open")
 intact = []
 for _ in range(3):
     intact.append(sorted(raw for batch in loader for raw in batch) == truth)
 cache.check()  # consistent indexes, no item READY in both tiers
 print(json.dumps({"intact": intact, "epochs": [r["cache"] for r in loader.stats()["per_epoch"]]}))
+rendezvous("done")
 cache.close()
 """
 
@@ -75,7 +82,8 @@ def _write(root: Path, n: int, size: int) -> list[bytes]:
 
 def test_two_jobs_four_workers_hit_080_from_epoch_2_and_never_store_twice(tmp_path):
     _write(tmp_path / "data", N, SIZE)
-    args = [sys.executable, "-c", JOB, str(tmp_path / "data"), str(N)]
+    (tmp_path / "meet").mkdir()
+    args = [sys.executable, "-c", JOB, str(tmp_path / "data"), str(N), str(tmp_path / "meet")]
     jobs = [
         subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
         for _ in range(2)
