@@ -10,6 +10,14 @@ import pytest
 import torch
 
 
+@pytest.fixture(autouse=True)
+def unstall_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Disk caches (on by default for s3:// datasets) go to a temporary dir, never ~/.cache."""
+    path = tmp_path_factory.mktemp("unstall-cache")
+    monkeypatch.setenv("UNSTALL_CACHE_DIR", str(path))
+    return path
+
+
 class IdDataset(torch.utils.data.Dataset):
     """Sample i is the integer i: batches show exactly which samples were loaded."""
 

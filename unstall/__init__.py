@@ -14,10 +14,18 @@ def __getattr__(name: str):  # lazy: heavier modules load on first use
         from unstall.pipeline import ImagePipeline
 
         return ImagePipeline
+    if name == "analyze":
+        from unstall.analysis import analyze
+
+        return analyze
     if name == "Cache":
         from unstall.cache import Cache
 
         return Cache
+    if name == "Peers":
+        from unstall.distributed import Peers
+
+        return Peers
     raise AttributeError(f"module 'unstall' has no attribute {name!r}")
 
 
@@ -28,9 +36,11 @@ __all__ = [
     "ImageFolder",
     "ImagePipeline",
     "LocalStore",
+    "Peers",
     "SampleError",
     "Store",
     "StoreError",
+    "analyze",
     "open_store",
     "patch_torch",
 ]

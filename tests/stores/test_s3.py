@@ -31,7 +31,12 @@ def run_epoch(s3_data, *, num_workers: int = 4, epochs: int = 1, store: Any = No
         store or s3_data.url, keys, labels=list(range(len(keys))), transform=sha256
     )
     loader = unstall.DataLoader(
-        dataset, batch_size=32, shuffle=True, num_workers=num_workers, collate_fn=as_list
+        dataset,
+        batch_size=32,
+        shuffle=True,
+        num_workers=num_workers,
+        collate_fn=as_list,
+        cache=False,  # every epoch from the store (a remote dataset's disk tier is on by default)
     )
     for _ in range(epochs):
         got = [sample for batch in loader for sample in batch]

@@ -32,7 +32,12 @@ def test_5_percent_faults_lose_and_duplicate_nothing(s3_data, s3_env, seaweed):
             s3_data.url, keys, labels=list(range(len(keys))), transform=sha256
         )
         loader = unstall.DataLoader(
-            dataset, batch_size=32, shuffle=True, num_workers=4, collate_fn=as_list
+            dataset,
+            batch_size=32,
+            shuffle=True,
+            num_workers=4,
+            collate_fn=as_list,
+            cache=False,  # both epochs from the store (no default disk tier)
         )
         for _ in range(2):
             got = [sample for batch in loader for sample in batch]

@@ -10,7 +10,7 @@ import pytest
 
 from unstall.cache import segment
 from unstall.stores import LocalStore
-from unstall.stores.throttle import ThrottledStore
+from unstall.testing.throttle import ThrottledStore
 
 
 def _read(store, keys) -> None:

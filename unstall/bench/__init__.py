@@ -20,6 +20,8 @@ BENCHMARKS: dict[str, str] = {
     "prep": "unstall.bench.prep",
     "train": "unstall.bench.train",
     "hpsearch": "unstall.bench.hpsearch",
+    "whatif": "unstall.bench.whatif",
+    "distributed": "unstall.bench.distributed",
 }
 
 

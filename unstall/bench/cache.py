@@ -31,7 +31,7 @@ from unstall.cache import Cache
 from unstall.data import FileDataset
 from unstall.loader import DataLoader
 from unstall.stores.local import LocalStore
-from unstall.stores.throttle import ThrottledStore
+from unstall.testing.throttle import ThrottledStore
 
 DESCRIPTION = "no-eviction shm cache vs LRU and the page cache, dataset 2x cache, slow storage"
 EPOCHS = 3

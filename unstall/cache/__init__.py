@@ -3,7 +3,9 @@
 With a fresh random order every epoch no cache of C items can hit more than C/N
 of the time, and one that never evicts reaches exactly that (DESIGN.md section 2).
 One segment per dataset is shared by every worker and every job of the user on
-the node. Use it as ``unstall.DataLoader(ds, cache=unstall.Cache("8GiB"))``.
+the node. Use it as ``unstall.DataLoader(ds, cache=unstall.Cache("8GiB"))``. A local-disk tier
+can sit under it (``Cache(ram="8GiB", disk="500GiB")``, `unstall.cache.disk_tier`); remote
+datasets get one by default (`unstall.cache.tiers.bind_cache`).
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import warnings
 import weakref
 from typing import Any
 
-from unstall.cache import lifecycle, segment
+from unstall.cache import disk_tier, lifecycle, segment
 from unstall.cache.capacity import format_bytes, parse_capacity, resolve_capacity
 from unstall.cache.layer import CacheLayer
 from unstall.cache.policy import page_size_for
 from unstall.cache.shm_cache import POLICIES, Layout
+from unstall.cache.tiers import DiskFullWarning, bind_tiers
 
 #: Bytes of shared memory left free when the cache is shrunk to fit.
 SHM_MARGIN = 16 << 20
@@ -31,16 +34,24 @@ class SharedMemoryWarning(UserWarning):
 
 
 class Cache:
-    """Raw bytes of a dataset's samples in one shared-memory segment per node.
+    """Raw bytes of a dataset's samples in shared memory, and optionally on local disk below it.
 
     Args:
-        capacity: bytes (int), a size string (``"8GiB"``, ``"500MB"``) or a float in
+        capacity: size of the RAM (shared-memory) tier, the same as ``ram=``: bytes
+            (int), a size string (``"8GiB"``, ``"500MB"``) or a float in
             (0, 1]: that fraction of the dataset's total bytes (estimated from the
             sizes of up to 256 evenly spaced samples times the sample count).
+        ram: the RAM tier's size (another name for ``capacity``); None: no RAM tier.
+        disk: the local-disk tier's size in the same forms, or ``"auto"`` (the dataset,
+            at most half the free space of the cache directory's disk, keeping 10 GiB
+            free); None: no disk tier. It lives in ``$UNSTALL_CACHE_DIR`` (default
+            ``~/.cache/unstall``), is shared by the node's jobs, and outlives them.
         policy: ``"noevict"`` (default: fill until full, then keep) or ``"lru"``
             (evicts the least recently used; only for comparisons).
         name: segment name instead of the dataset fingerprint (two datasets with the
             same name must not be used at once).
+        peers: `unstall.Peers()` to partition the cache across the job's nodes (each
+            item cached by its owner node only; other nodes' items come from them).
 
     ``bind(dataset)`` (called by `unstall.DataLoader`) maps the segment, creating it
     if no process on the node has, and switches local stores to reading around
@@ -50,22 +61,43 @@ class Cache:
     """
 
     def __init__(
-        self, capacity: int | float | str, *, policy: str = "noevict", name: str | None = None
+        self,
+        capacity: int | float | str | None = None,
+        *,
+        ram: int | float | str | None = None,
+        disk: int | float | str | None = None,
+        policy: str = "noevict",
+        name: str | None = None,
+        peers: Any = None,
     ):
-        self.capacity = parse_capacity(capacity)
+        if capacity is not None and ram is not None:
+            raise ValueError(
+                f"Cache({capacity!r}, ram={ram!r}): capacity is the RAM tier; give one"
+            )
+        ram = capacity if capacity is not None else ram
+        if ram is None and disk is None:
+            raise ValueError("Cache() needs a size: Cache('8GiB'), Cache(ram=..., disk=...)")
+        self.capacity = parse_capacity(ram) if ram is not None else None
+        self.disk = disk if disk is None or disk == "auto" else parse_capacity(disk)
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r} is unknown; use one of {sorted(POLICIES)}")
+        if disk is not None and policy != "noevict":
+            raise ValueError(f"policy={policy!r} evicts: a disk tier needs policy='noevict'")
+        if peers is not None and (disk is not None or ram is None):
+            raise ValueError("peers= partitions the RAM tier: give Cache(ram), without disk=")
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ValueError(f"name={name!r} must be a non-empty string or None")
         self.policy = policy
         self.name = name
-        self._layers: list[CacheLayer] = []
+        self.peers = peers  # e.g. unstall.Peers(): a cache partitioned across nodes
+        self._layers: list[Any] = []
 
     def __repr__(self) -> str:
-        return f"Cache({self.capacity!r}, policy={self.policy!r}, name={self.name!r})"
+        disk = f", disk={self.disk!r}" if self.disk is not None else ""
+        return f"Cache({self.capacity!r}{disk}, policy={self.policy!r}, name={self.name!r})"
 
-    def bind(self, dataset: Any) -> CacheLayer:
-        """Open the dataset's segment and return the fetch layer for a loader."""
+    def bind(self, dataset: Any) -> Any:
+        """Open the dataset's segment (and disk tier) and return the fetch layer for a loader."""
         for attr in ("fetch", "key", "fingerprint"):
             if not callable(getattr(dataset, attr, None)):
                 raise TypeError(
@@ -77,6 +109,10 @@ class Cache:
         if n == 0:
             raise ValueError(f"dataset {type(dataset).__name__} is empty: nothing to cache")
         fingerprint = str(dataset.fingerprint())
+        if self.capacity is None:  # disk tier only
+            layer = bind_tiers(None, self.disk, dataset, fingerprint, self.name)
+            self._layers.append(layer)
+            return layer
         capacity, total = resolve_capacity(self.capacity, dataset)
         capacity = min(capacity, total + total // 10 + MIN_CAPACITY)  # no need to reserve more
         page = page_size_for(total / n) if self.policy == "lru" else 0
@@ -95,6 +131,10 @@ class Cache:
             layer = CacheLayer(path=None, capacity=0, how="off", reason=reason, **layer_args)
         else:  # our cache holds the data now: the page cache should not hold it too
             _bypass_page_cache(getattr(dataset, "store", None))
+        if self.peers is not None:  # each node caches the items it owns; peers serve the rest
+            layer.peers = self.peers.attach(layer, dataset)
+        if self.disk is not None:
+            layer = bind_tiers(layer, self.disk, dataset, fingerprint, self.name, total)
         self._layers.append(layer)
         return layer
 
@@ -192,10 +232,15 @@ def _bypass_page_cache(store: Any) -> None:
 
 
 def list_caches(everyone: bool = False) -> list[dict[str, Any]]:
-    """One dict per segment of this user (every user's with ``everyone``): `unstall cache list`."""
+    """One dict per RAM segment of this user (every user's with ``everyone``), then one per
+    disk tier of this user: `unstall cache list`."""
     out = []
     for name in segment.list_segment_names(everyone):
         info = lifecycle.describe(segment.segment_path(name))
+        if info is not None:
+            out.append({"tier": "ram", **info})
+    for name in disk_tier.list_names():
+        info = disk_tier.describe(disk_tier.index_path(name))
         if info is not None:
             out.append(info)
     return out
@@ -205,9 +250,19 @@ def clear_caches(name: str | None = None, *, force: bool = False) -> list[str]:
     """Remove this user's segments (or the one named) that no live process uses; returns names."""
     names = segment.list_segment_names() if name is None else [name]
     removed = [n for n in names if lifecycle.remove(segment.segment_path(n), force=force)]
+    disk_names = disk_tier.list_names() if name is None else [name]
+    removed += [f"{n} (disk)" for n in disk_names if disk_tier.remove(n, force=force)]
     if name is None:
         removed += segment.remove_dead_tmp_files()
+        removed += disk_tier.remove_orphans()
     return removed
 
 
-__all__ = ["Cache", "SharedMemoryWarning", "clear_caches", "list_caches", "parse_capacity"]
+__all__ = [
+    "Cache",
+    "DiskFullWarning",
+    "SharedMemoryWarning",
+    "clear_caches",
+    "list_caches",
+    "parse_capacity",
+]

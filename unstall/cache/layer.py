@@ -58,6 +58,9 @@ class CacheLayer:
         self._closed = False
         self._local = {"hits": 0, "misses": 0, "inserted": 0, "inserted_bytes": 0}
         self._last: dict[str, Any] = {}
+        #: Optional hook for misses (unstall.distributed's BoundPeers, set by `Cache.bind`):
+        #: ``fetch_missing(dataset, indices) -> (raws, ours)`` and ``ours(dataset, index)``.
+        self.peers: Any = None
 
     def _adopt(self, cache: ShmCache, slot: int) -> None:
         """Use a mapping made in this process (by `Cache.bind`)."""
@@ -94,13 +97,19 @@ class CacheLayer:
         if not missing:
             self._count(len(indices), 0, 0, 0)
             return cast("list[bytes]", got)  # all hits: no None left
-        raws = [bytes(raw) for raw in dataset.fetch([indices[k] for k in missing])]
+        ours = None  # with peers, only the misses this node owns are cached here
+        if self.peers is not None:
+            raws, ours = self.peers.fetch_missing(dataset, [indices[k] for k in missing])
+        else:
+            raws = [bytes(raw) for raw in dataset.fetch([indices[k] for k in missing])]
         if len(raws) != len(missing):
             raise ValueError(
                 f"{type(dataset).__name__}.fetch returned {len(raws)} items for "
                 f"{len(missing)} indices"
             )
         items = [(indices[k], raw) for k, raw in zip(missing, raws, strict=True)]
+        if ours is not None:
+            items = [item for item, mine in zip(items, ours, strict=True) if mine]
         inserted, size = lru_put_many(cache, items) if lru else cache.put_many(items)
         self._count(len(indices) - len(missing), len(missing), inserted, size)
         fetched = iter(raws)
@@ -113,6 +122,8 @@ class CacheLayer:
         if cache is not None:
             cached = cache.state[indices] == READY
             indices = [i for i, hit in zip(indices, cached.tolist(), strict=True) if not hit]
+        if self.peers is not None:  # peers' items come from them, not from storage
+            indices = [i for i in indices if self.peers.ours(dataset, i)]
         if indices:
             dataset.prefetch(indices)
 
@@ -172,6 +183,8 @@ class CacheLayer:
             inserted=counts["inserted"],
             inserted_bytes=counts["inserted_bytes"],
         )
+        if self.peers is not None:
+            return {"cache": out, "peers": self.peers.stats()}
         return {"cache": out}
 
     def check(self) -> None:

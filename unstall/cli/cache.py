@@ -1,4 +1,4 @@
-"""`unstall cache list|clear`: show and remove the shared-memory cache segments on this node."""
+"""`unstall cache list|clear`: show and remove the cache tiers on this node (RAM and disk)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,19 @@ import argparse
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "cache",
-        help="list or remove shared-memory cache segments",
-        description="Shared-memory segments of unstall.Cache on this node (in /dev/shm, or "
-        "$UNSTALL_SHM_DIR): one per dataset, shared by all jobs of a user.",
+        help="list or remove cache tiers (shared memory and local disk)",
+        description="Tiers of unstall.Cache on this node: shared-memory segments (in /dev/shm, "
+        "or $UNSTALL_SHM_DIR) and local-disk tiers (in $UNSTALL_CACHE_DIR/tiers, default "
+        "~/.cache/unstall/tiers); one per dataset, shared by all jobs of a user.",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION")
-    ls = actions.add_parser("list", help="table of segments: capacity, use, live users")
+    ls = actions.add_parser("list", help="table of tiers: capacity, use, disk space, live users")
     ls.add_argument("--all", action="store_true", help="every user's segments, not only mine")
     ls.set_defaults(run=run)
-    clear = actions.add_parser("clear", help="remove segments no live process uses")
-    clear.add_argument("name", nargs="?", help="one segment (default: all of mine)")
+    clear = actions.add_parser("clear", help="remove tiers no live process uses (both)")
+    clear.add_argument(
+        "name", nargs="?", help="one cache by name, both tiers (default: all of mine)"
+    )
     clear.add_argument(
         "--force",
         action="store_true",
@@ -33,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     from unstall.cache import clear_caches, list_caches
     from unstall.cache.capacity import format_bytes
+    from unstall.cache.disk_tier import tier_dir
     from unstall.cache.segment import shm_dir
 
     console = Console()
@@ -42,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"removed {name}")
         if args.name and not removed:
             console.print(
-                f"segment {args.name!r} not removed: it does not exist in {shm_dir()} or a live "
+                f"cache {args.name!r} not removed: it is in neither {shm_dir()} nor {tier_dir()}, "
+                "or a live "
                 "process uses it (see `unstall cache list`; --force removes it anyway)"
             )
             return 1
@@ -53,21 +58,26 @@ def run(args: argparse.Namespace) -> int:
 
     rows = list_caches(everyone=getattr(args, "all", False))
     if not rows:
-        console.print(f"no unstall cache segments in {shm_dir()}")
+        console.print(f"no unstall cache segments in {shm_dir()} or {tier_dir()}")
         return 0
-    table = Table(title=f"unstall cache segments in {shm_dir()}")
-    for col in ("name", "dataset", "policy", "capacity", "used", "items", "users alive"):
-        left = col in ("name", "dataset", "policy")
+    table = Table(title=f"unstall caches: RAM in {shm_dir()}, disk in {tier_dir()}")
+    for col in ("tier", "name", "dataset", "policy", "capacity", "used", "items", "on disk",
+                "users alive"):  # fmt: skip
+        left = col in ("tier", "name", "dataset", "policy")
         table.add_column(col, justify="left" if left else "right", overflow="fold")
     for r in rows:
+        cap = r["capacity_bytes"]
         table.add_row(
+            r["tier"],
             r["name"],
             r["fingerprint"][:16],
             r["policy"],
-            format_bytes(r["capacity_bytes"]),
-            f"{format_bytes(r['used_bytes'])} ({r['used_bytes'] / r['capacity_bytes']:.0%})",
+            format_bytes(cap),
+            f"{format_bytes(r['used_bytes'])} ({r['used_bytes'] / max(cap, 1):.0%})",
             f"{r['items_cached']:,} / {r['items']:,}",
-            ", ".join(map(str, r["users_alive"])) or "none (stale)",
+            format_bytes(r["file_bytes"]) if r["tier"] == "disk" else "-",
+            ", ".join(map(str, r["users_alive"]))
+            or ("none (kept for the next job)" if r["tier"] == "disk" else "none (stale)"),
         )
     console.print(table)
     return 0

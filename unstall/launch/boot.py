@@ -57,6 +57,10 @@ def _torch_loaded() -> None:
 
     patch_torch()
     report.watch()
+    if os.environ.get("UNSTALL_ANALYZE_MODE"):  # a run of `unstall analyze -- ...` (issue 17)
+        from unstall.analysis.agent import install
+
+        install()
 
 
 def _at_exit() -> None:

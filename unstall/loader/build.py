@@ -91,8 +91,9 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
         zero_copy = False
     if device is not None or zero_copy:
         pin_memory = False  # the device stage pins (slots are page-locked once)
-    cache = a["cache"]
-    fetch_layer: FetchLayer | None = cache.bind(dataset) if cache is not None else None
+    from unstall.cache.tiers import bind_cache  # None: a disk tier for remote data; False: none
+
+    fetch_layer: FetchLayer | None = bind_cache(a["cache"], dataset)
     sources: list[Callable[[], dict[str, Any]]] = []
     for part in (fetch_layer, getattr(dataset, "store", None)):
         if part is not None and callable(getattr(part, "stats", None)):

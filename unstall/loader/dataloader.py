@@ -60,7 +60,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         rank, world_size: this process's shard of every epoch (like
             `DistributedSampler`); default: one shard, as torch's loader.
         cache: an `unstall.Cache` (or any object with ``bind(dataset)``) that serves
-            raw bytes before the dataset's store is asked.
+            raw bytes before the dataset's store is asked. Not given: a local-disk
+            cache for remote (``s3://``) datasets, none for local ones; False: none.
         device: None (batches stay on the host), ``"cpu"``, ``"cuda"`` or a
             `torch.device`: batches are copied there on a side stream, one batch
             ahead, so the copy overlaps the training step.
@@ -132,7 +133,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             dataset, "__len__"
         )
         if self._passthrough:
-            given = [k for k in _EXTRAS if a[k] is not None]
+            given = [
+                k for k in _EXTRAS if a[k] is not None and not (k == "cache" and a[k] is False)
+            ]
             if given:
                 raise ValueError(
                     f"{given[0]}={a[given[0]]!r} needs a map-style dataset with __len__ and "

@@ -41,6 +41,26 @@ class FetchLayer(Protocol):
     def prefetch(self, dataset: SplitDataset, indices: Sequence[int]) -> None: ...
 
 
+class Timing(tuple):
+    """A task's ``(fetch_s, prep_s)``, plus ``span`` for the analyzer's timeline (issue 17).
+
+    ``span``: ``(worker id, start, fetch end, end, prepare CPU seconds, samples)``, times
+    from `time.perf_counter` (one monotonic clock shared by the processes); the CPU
+    seconds are the worker thread's while preparing (while loading, for a dataset that
+    does not separate fetching from preparing). Unpacks as the plain 2-tuple it was.
+    """
+
+    span: tuple[int, float, float, float, float, int]
+
+    @staticmethod
+    def of(t0: float, t1: float, c0: float, n: int) -> Timing:
+        t2, cpu = time.perf_counter(), time.thread_time() - c0
+        info = torch.utils.data.get_worker_info()
+        timing = Timing((t1 - t0, t2 - t1))
+        timing.span = (-1 if info is None else info.id, t0, t1, t2, cpu, n)
+        return timing
+
+
 class BatchTask(torch.utils.data.Dataset):
     """Turns a list of indices into ``(batch, (fetch_s, prep_s))``; runs in workers.
 
@@ -103,13 +123,13 @@ class BatchTask(torch.utils.data.Dataset):
                 return failure_from(error, note, index, key, ref), (0.0, 0.0)
 
     def _run(self, indices: list[int], ref: Any) -> tuple[Any, tuple[float, float]]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         if self.split:
             if type(indices) is Planned and indices.ahead is not None:
                 self._prefetch(indices + indices.ahead)
             self._step = "fetching"
             raws = self._fetch(indices)
-            t1 = time.perf_counter()
+            t1, c0 = time.perf_counter(), time.thread_time()
             self._step = "preparing"
             prepare, samples = self.dataset.prepare, []
             for i, raw in zip(indices, raws, strict=True):
@@ -122,11 +142,11 @@ class BatchTask(torch.utils.data.Dataset):
         self._step = "collating"
         if ref is not None and self.writer is not None:
             batch = self.writer.collate(samples, self.collate_fn, ref)
-            return batch, (t1 - t0, time.perf_counter() - t1)
-        batch = self.collate_fn(samples[0] if self.unbatched else samples)
-        if self.pack:
-            batch = pack(batch)
-        return batch, (t1 - t0, time.perf_counter() - t1)
+        else:
+            batch = self.collate_fn(samples[0] if self.unbatched else samples)
+            if self.pack:
+                batch = pack(batch)
+        return batch, Timing.of(t0, t1, c0, len(indices))
 
     def _explain(
         self, exc: Exception, indices: list[int]

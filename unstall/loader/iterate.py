@@ -19,7 +19,32 @@ from unstall.loader.slot_handoff import SlotHandoff
 from unstall.loader.stats import LoaderStats, batch_size_of
 
 
-class EpochIterator:
+class _Timed:
+    """What both iterators share: the epoch's clock, its end, and observers told of it."""
+
+    def __init__(self, loader: Any, torch_iter: Any, stats: LoaderStats):
+        self._loader = loader
+        self._torch_iter = torch_iter
+        self._stats = stats
+        self._done = False
+        stats.begin()
+
+    def __iter__(self) -> Any:
+        return self
+
+    def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self._stats.end()
+            if hooks.observed():
+                hooks.notify_finished(self._loader)
+
+    def __del__(self) -> None:  # a loop left early: stop the clock
+        with contextlib.suppress(Exception):  # interpreter shutdown
+            self._finish()
+
+
+class EpochIterator(_Timed):
     """Host batches of one epoch from torch's worker iterator (slots when zero-copy).
 
     Args:
@@ -42,22 +67,15 @@ class EpochIterator:
         main_cpu: list[Any],
         on_epoch_end: Callable[[], None],
     ):
-        self._loader = loader
-        self._torch_iter = torch_iter
+        super().__init__(loader, torch_iter, stats)
         self._length = length
         self._position = position
-        self._stats = stats
         if handoff is not None and handoff.size == 0:
             handoff = None  # slots not worth it for these batches: inline unpacking only
         self._handoff = handoff
         self._unpack = unpack_inline
         self._cpu = main_cpu
         self._on_epoch_end = on_epoch_end
-        self._done = False
-        stats.begin()
-
-    def __iter__(self) -> EpochIterator:
-        return self
 
     def __len__(self) -> int:
         return self._length
@@ -70,7 +88,7 @@ class EpochIterator:
             handoff.reclaim()  # slots of batches nothing references any more
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            batch, (fetch_s, prep_s) = next(self._torch_iter)
+            batch, timing = next(self._torch_iter)
         except StopIteration:
             stats.epochs_completed += 1
             self._finish()
@@ -90,8 +108,7 @@ class EpochIterator:
             batch = unpack(batch)
         wait = time.perf_counter() - t0
         stats.wait.add(wait)
-        stats.fetch.add(fetch_s)
-        stats.prep.add(prep_s)
+        stats.add_task(timing, t0, wait)  # fetch and prep seconds (and the timeline's span)
         stats.samples += batch_size_of(batch)
         self._position[1] += 1
         self._cpu[0] += time.thread_time() - c0
@@ -99,17 +116,6 @@ class EpochIterator:
         if hooks.observed():
             hooks.notify_batch(self._loader, wait)
         return batch
-
-    def _finish(self) -> None:
-        if not self._done:
-            self._done = True
-            self._stats.end()
-            if hooks.observed():
-                hooks.notify_finished(self._loader)
-
-    def __del__(self) -> None:  # a loop left early: stop the clock
-        with contextlib.suppress(Exception):  # interpreter shutdown
-            self._finish()
 
 
 class SizedIterator:
@@ -144,18 +150,8 @@ class SizedIterator:
             close()
 
 
-class PassthroughIterator:
+class PassthroughIterator(_Timed):
     """torch's own iterator (iterable datasets), with the training loop's waits timed."""
-
-    def __init__(self, loader: Any, torch_iter: Any, stats: LoaderStats):
-        self._loader = loader
-        self._torch_iter = torch_iter
-        self._stats = stats
-        self._done = False
-        stats.begin()
-
-    def __iter__(self) -> PassthroughIterator:
-        return self
 
     def __len__(self) -> int:
         return len(self._torch_iter)
@@ -181,14 +177,3 @@ class PassthroughIterator:
         if hooks.observed():
             hooks.notify_batch(self._loader, wait)
         return batch
-
-    def _finish(self) -> None:
-        if not self._done:
-            self._done = True
-            self._stats.end()
-            if hooks.observed():
-                hooks.notify_finished(self._loader)
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self._finish()

@@ -138,7 +138,7 @@ def iterate_on_device(
         while True:
             handle = None
             try:
-                batch, (fetch_s, prep_s) = next(torch_iter)
+                batch, timing = next(torch_iter)
             except StopIteration:
                 batch = None
             raise_if_failed(batch, handoff)
@@ -151,8 +151,7 @@ def iterate_on_device(
                     batch = unpack(batch)
                 handle = stage.submit(batch)
                 batch = None
-                stats.fetch.add(fetch_s)
-                stats.prep.add(prep_s)
+                stats.add_task(timing, t0, time.perf_counter() - t0)
             if pending is None and handle is not None:  # first batch: fetch one more first
                 pending = handle
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,15 @@ class Series:
         }
 
 
+#: Spans kept per loader for the timeline (issue 17): the first ones after a reset.
+_SPANS = 4096
+
+
+def _timeline_default() -> list[tuple[float, ...]] | None:
+    """A span list when ``$UNSTALL_TIMELINE`` is set (by `unstall analyze`), else None."""
+    return [] if os.environ.get("UNSTALL_TIMELINE") else None
+
+
 @dataclass
 class LoaderStats:
     """Where the loader's time went, since construction or `reset`.
@@ -73,6 +83,17 @@ class LoaderStats:
     per_epoch: list[dict[str, Any]] = field(default_factory=list)
     _started: float | None = None
     _epoch_mark: dict[str, Any] = field(default_factory=dict)
+    #: Per-batch spans for `unstall analyze`'s timeline, kept only with $UNSTALL_TIMELINE set.
+    timeline: list[tuple[float, ...]] | None = field(default_factory=_timeline_default)
+
+    def add_task(self, timing: Any, wait_start: float, wait_s: float) -> None:
+        """One batch's worker timings; with a timeline, also its span and the loop's wait."""
+        fetch_s, prep_s = timing
+        self.fetch.add(fetch_s)
+        self.prep.add(prep_s)
+        span = getattr(timing, "span", None)
+        if self.timeline is not None and span is not None and len(self.timeline) < _SPANS:
+            self.timeline.append((wait_start, wait_start + wait_s, *span))
 
     def begin(self) -> None:
         self._started = time.perf_counter()
@@ -117,6 +138,7 @@ class LoaderStats:
             "prep": self.prep.summary(),
             **self._stage_summary(),
             "per_epoch": self.per_epoch,
+            **({"timeline": list(self.timeline)} if self.timeline is not None else {}),
         }
 
     def add_stage(self, wall_s: float, cpu_s: float) -> None:

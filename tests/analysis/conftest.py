@@ -1,0 +1,74 @@
+"""Workloads with known ground truth: set G, set prepare CPU per sample, set storage."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from unstall.analysis.runs import Workload
+from unstall.bench.accelerator import SimulatedAccelerator
+from unstall.data import FileDataset
+from unstall.stores.local import LocalStore
+from unstall.testing.throttle import ThrottledStore
+
+
+class Burn:
+    """A transform that costs exactly ``cpu_s`` of CPU per sample (on the thread's clock)."""
+
+    def __init__(self, cpu_s: float):
+        self.cpu_s = cpu_s
+
+    def __call__(self, raw: bytes) -> torch.Tensor:
+        end = time.thread_time() + self.cpu_s
+        x = 0
+        while time.thread_time() < end:
+            x += 1
+        return torch.tensor([len(raw)])
+
+
+def write_files(root: Path, n: int, size: int) -> list[str]:
+    keys = [f"s{i:05d}.bin" for i in range(n)]
+    for i, key in enumerate(keys):
+        (root / key).write_bytes(os.urandom(size - 8) + i.to_bytes(8, "little"))
+    return keys
+
+
+def make_workload(
+    root: Path,
+    keys: list[str],
+    *,
+    rate: float,
+    prep_s: float,
+    bytes_per_s: float,
+    latency_s: float = 0.0,
+    batch_size: int = 8,
+    workers: int = 2,
+) -> Workload:
+    store = ThrottledStore(LocalStore(root), bytes_per_s=bytes_per_s, latency_s=latency_s)
+    dataset = FileDataset(store, keys, transform=Burn(prep_s))
+    accel = SimulatedAccelerator(rate)
+    return Workload(dataset, accel.step, batch_size=batch_size, num_workers=workers, name="truth")
+
+
+@pytest.fixture
+def truth_files(tmp_path: Path) -> Iterator[tuple[Path, list[str]]]:
+    yield tmp_path, write_files(tmp_path, 640, 20_000)
+
+
+def own_segments() -> set[str]:
+    """unstall's shared-memory files made by this process (others may run tests beside us)."""
+    pid = str(os.getpid())
+    return {n for n in os.listdir("/dev/shm") if "unstall" in n and pid in n}
+
+
+@pytest.fixture(autouse=True)
+def shm_clean() -> Iterator[None]:
+    before = own_segments()
+    yield
+    left = own_segments() - before
+    assert not left, f"left in /dev/shm: {sorted(left)}"

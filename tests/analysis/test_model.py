@@ -1,0 +1,77 @@
+"""The what-if model: each cap, the binding one, cache hit rates, the --what-if parser."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from unstall.analysis.model import Config, Rates, hit_rate, parse_what_if, predict
+from unstall.analysis.recommend import grid, recommend
+
+RATES = Rates(
+    ingestion=1000.0,
+    prep_cpu_s=0.004,
+    cores=4.0,
+    sample_bytes=100_000.0,
+    bandwidth=20e6,
+    latency_s=0.01,
+)
+
+
+def test_each_cap_and_the_binding_one():
+    # 2 workers fetching a batch of 16 in one request: 10 ms + 80 ms, then prepare 64 ms
+    p = predict(RATES, Config(workers=2, batch_size=16, inflight=16))
+    assert p.caps["compute"] == 1000
+    assert p.caps["prep"] == pytest.approx(500)  # 2 workers / 4 ms
+    assert p.caps["fetch"] == pytest.approx(200)  # 20 MB/s / 100 KB
+    assert p.caps["workers"] == pytest.approx(2 * 16 / (0.01 + 0.08 + 0.064))
+    assert p.bound == "fetch" and p.samples_per_s == pytest.approx(200)
+    # the whole dataset cached: storage drops out, prep binds at min(workers, cores) / cpu
+    fast_model = replace(RATES, ingestion=5000.0)
+    p = predict(fast_model, Config(workers=8, batch_size=16, cache=1.0, inflight=16))
+    assert p.bound == "prep" and p.samples_per_s == pytest.approx(1000, rel=1e-6)
+    # half cached with no eviction: storage serves half the samples
+    p = predict(RATES, Config(workers=8, batch_size=16, cache=0.5, inflight=16, prefetch=True))
+    assert p.caps["fetch"] == pytest.approx(400)
+
+
+def test_latency_bound_store_follows_littles_law():
+    slow = Rates(1e4, 1e-4, 8.0, 75_000.0, 1e11, 0.05)
+    for workers, inflight in ((1, 2), (2, 2), (4, 8)):
+        p = predict(slow, Config(workers, 8, inflight=inflight, prefetch=True))
+        assert p.samples_per_s == pytest.approx(workers * inflight / 0.05, rel=0.01)
+        assert p.bound == "fetch"
+
+
+def test_page_cache_hits_far_less_than_no_eviction():
+    assert hit_rate(0.5, noevict=True) == 0.5
+    assert hit_rate(0.5, noevict=False) == pytest.approx(0.154)
+    assert hit_rate(1.0, noevict=False) == 1.0
+    on = predict(RATES, Config(2, 16, cache=0.5, inflight=16))
+    off = predict(RATES, Config(2, 16, cache=0.5, noevict=False, inflight=16))
+    assert on.samples_per_s > off.samples_per_s
+
+
+def test_what_if_parser():
+    base = Config(workers=2, batch_size=16, inflight=16, prefetch=True)
+    c = parse_what_if("cache=0.5, workers=8, bandwidth=200MB/s, latency=20ms", base)
+    assert (c.cache, c.workers, c.bandwidth, c.latency_s) == (0.5, 8, 200e6, 0.02)
+    off = parse_what_if("remedies=off", base)
+    assert (off.noevict, off.prefetch, off.inflight) == (False, False, 1)
+    with pytest.raises(ValueError, match="speed"):
+        parse_what_if("speed=3", base)
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_what_if("workers", base)
+    with pytest.raises(ValueError, match="cache"):
+        parse_what_if("cache=2", base)
+
+
+def test_grid_and_recommendation():
+    base = Config(workers=2, batch_size=16, inflight=16)
+    rows = grid(RATES, base, 10_000)
+    assert len(rows) >= 8 and {r["cache"] for r in rows} >= {0.0, 0.5, 1.0}
+    rec = recommend(RATES, base, 10_000, measured=200.0)
+    assert rec["predicted_samples_per_s"] > 200 and rec["predicted_speedup"] > 1
+    assert rec["kwargs"]["num_workers"] >= 1
+    assert rec["kwargs"].get("cache", 0) <= rec["limits"]["max_cache_fraction"]

@@ -1,0 +1,115 @@
+"""The report: JSON fields, a Chrome trace Perfetto can open, an HTML page whose plots render
+in a real browser (headless Chromium; skipped where it is not installed)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.analysis.conftest import make_workload, write_files
+from unstall.analysis import analyze_workload, report_of
+from unstall.analysis.html import TITLES
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("files")
+    keys = write_files(root, 320, 20_000)
+    work = make_workload(root, keys, rate=400, prep_s=0.002, bytes_per_s=3e6, batch_size=8)
+    try:
+        a = analyze_workload(work, warmup=2, steps=12)
+    finally:
+        work.dataset.store.close()
+    out = tmp_path_factory.mktemp("report")
+    return report_of(a, what_if="cache=0.5,workers=4", html_dir=str(out))
+
+
+def test_json_fields(report):
+    for key in ("ingestion_rate", "prep_rate", "prep_rate_per_worker", "fetch_rate"):
+        assert isinstance(report[key], float) and report[key] > 0, key
+    assert set(report["stall"]) == {"compute", "prep", "fetch"}
+    assert sum(report["stall"].values()) == pytest.approx(1, abs=0.01)
+    assert report["bottleneck"] == "fetch"  # 3 MB/s of 20 KB samples: 150/s for a 400/s model
+    rec = report["recommendation"]
+    assert rec["kwargs"]["num_workers"] >= 1 and rec["predicted_speedup"] > 1
+    assert report["question"]["workers"] == 4 and report["question"]["cache"] == 0.5
+    json.dumps(report)  # JSON-safe throughout
+
+
+def test_chrome_trace(report):
+    trace = json.loads(Path(report["trace"]).read_text())
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    names = {(e["tid"], e["name"]) for e in events}
+    assert {(0, "wait"), (0, "compute"), (1, "fetch"), (1, "prepare"), (2, "prepare")} <= names
+    threads = {
+        e["tid"]: e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
+    assert threads == {0: "training loop", 1: "worker 0", 2: "worker 1"}
+    for tid in (0, 1, 2):
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["tid"] == tid)
+        assert all(d >= 0 for _, d in spans)
+        # one lane never does two things at once (1 µs of rounding allowed)
+        assert all(b[0] >= a[1] - 1 for a, b in itertools.pairwise(spans)), tid
+
+
+def _not_blank(path: Path) -> bool:
+    pixels = np.asarray(Image.open(path).convert("RGB"), dtype=np.int16)
+    colored = (pixels.max(axis=2) - pixels.min(axis=2)) > 60  # plot colours, not grey/white
+    return colored.mean() > 0.005
+
+
+def test_html_and_pngs(report):
+    page = Path(report["html"]).read_text()
+    folder = Path(report["html"]).parent
+    for name, title in TITLES.items():
+        assert f'src="{name}.png"' in page and title in page
+        assert _not_blank(folder / f"{name}.png"), name
+    assert report["summary"] in page
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_renders_in_headless_chromium(report, tmp_path):
+    html = Path(report["html"])
+    flags = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [*flags, f"--screenshot={shot}", "--window-size=1280,2400", html.as_uri()],
+        check=True,
+        timeout=90,
+        capture_output=True,
+    )
+    assert _not_blank(shot)
+    dom = subprocess.run(
+        [*flags, "--virtual-time-budget=3000", "--dump-dom", html.as_uri()],
+        check=True,
+        timeout=90,
+        capture_output=True,
+        text=True,
+    ).stdout
+    # each plot loaded (its onload handler wrote the image's natural width) under its title
+    for name, title in TITLES.items():
+        assert title in dom
+        tag = dom[dom.index(f'src="{name}.png"') :].split(">", 1)[0]
+        assert 'data-ok="' in tag and 'data-ok="0"' not in tag, tag

@@ -1,0 +1,153 @@
+"""Start 4 "nodes" as separate process trees: own shm namespace, own 127.0.0.K, torchrun env."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import unstall
+from unstall.cache import segment
+
+NODE = str(Path(__file__).with_name("node.py"))
+WORLD = 4
+
+
+def sample_bytes(i: int, size: int) -> bytes:
+    return (i.to_bytes(4, "little") * (size // 4 + 1))[:size]
+
+
+def make_data(root: Path, n: int, size: int = 3000) -> Path:
+    root.mkdir()
+    for i in range(n):
+        (root / f"{i:05d}.bin").write_bytes(sample_bytes(i, size + (i * 7919) % 500))
+    return root
+
+
+def reference(root: Path, epochs: int) -> list[list[list[str]]]:
+    """Per rank, per epoch: sha256 of each sample a single-node uncached run serves."""
+    ds = unstall.FileDataset(str(root), sorted(os.listdir(root)))
+    out = []
+    for rank in range(WORLD):
+        loader = unstall.DataLoader(
+            ds, batch_size=4, shuffle=True, seed=11, rank=rank, world_size=WORLD
+        )
+        per = []
+        for epoch in range(epochs):
+            loader.set_epoch(epoch)
+            per.append([hashlib.sha256(raw).hexdigest() for b in loader for raw in b])
+        out.append(per)
+    return out
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """Four node process trees; `wait` collects their results, `close` kills what is left."""
+
+    def __init__(self, out: Path, data: Path, token: str = "", **cfg: object):
+        self.out = out
+        self.namespaces = [f"n{os.getpid()}x{k}x{time.monotonic_ns() % 10**6}" for k in range(4)]
+        port, store_port = _free_port("127.0.0.2"), _free_port("127.0.0.2")
+        config = json.dumps(dict(out=str(out), data=str(data), **cfg))
+        self.procs = []
+        for rank in range(WORLD):
+            env = dict(
+                os.environ,
+                RANK=str(rank),
+                LOCAL_RANK="0",
+                WORLD_SIZE=str(WORLD),
+                LOCAL_WORLD_SIZE="1",
+                GROUP_RANK=str(rank),
+                MASTER_ADDR="127.0.0.2",
+                MASTER_PORT=str(port),
+                UNSTALL_PEER_STORE_PORT=str(store_port),
+                UNSTALL_PEER_ADDR=f"127.0.0.{2 + rank}",
+                UNSTALL_SHM_NAMESPACE=self.namespaces[rank],
+                UNSTALL_PEER_TOKEN=token,  # empty: rank 0 makes one and shares it
+            )
+            self.procs.append(
+                subprocess.Popen(
+                    [sys.executable, NODE, config],
+                    env=env,
+                    start_new_session=True,  # its own process group: a node's whole tree
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+
+    def progress(self, rank: int) -> int:
+        try:
+            return int((self.out / f"progress-{rank}").read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def failed(self) -> str:
+        """stderr of the nodes that exited with an error (for assertion messages)."""
+        return "\n".join(
+            f"node {k}: {p.communicate()[1][-2000:]}"
+            for k, p in enumerate(self.procs)
+            if p.poll() not in (None, 0)
+        )
+
+    def signal(self, rank: int, sig: int) -> None:
+        os.killpg(self.procs[rank].pid, sig)
+
+    def result(self, rank: int, timeout: float) -> dict:
+        """The node's output once written (it then serves peers until `close`)."""
+        proc, path = self.procs[rank], self.out / f"out-{rank}.json"
+        deadline = time.monotonic() + timeout
+        while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not path.exists():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate(timeout=10)
+            raise AssertionError(f"node {rank} gave no result:\n{err[-3000:]}")
+        return json.loads(path.read_text())
+
+    def reads(self, rank: int) -> list[str]:
+        path = self.out / f"reads-{rank}.log"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def close(self) -> None:
+        (self.out / "stop").touch()
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    proc.wait(timeout=3)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=10)
+        for ns in self.namespaces:  # a killed node leaves its segment: reclaim it
+            head = f"{segment.NAME_PREFIX}-u{os.getuid()}-{ns}-"
+            for name in os.listdir(segment.shm_dir()):
+                if name.startswith(head):
+                    os.unlink(os.path.join(segment.shm_dir(), name))
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    made: list[Cluster] = []
+
+    def start(data: Path, token: str = "", **cfg: object) -> Cluster:
+        out = tmp_path / "out"
+        out.mkdir()
+        made.append(Cluster(out, data, token, **cfg))
+        return made[-1]
+
+    yield start
+    for c in made:
+        c.close()

@@ -1,0 +1,94 @@
+"""One "node" of the multi-node tests: a rank under torchrun's environment with a peer cache.
+
+Run as ``python node.py CONFIG_JSON``. Storage reads are logged per key to
+``reads-<node>.log`` (one line each, from every process of the node); each
+epoch's samples (sha256 per sample, in order) go to ``out-<node>.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+
+import torch.distributed as dist
+
+import unstall
+import unstall.distributed
+from unstall.stores.local import LocalStore
+
+
+class LoggedStore(LocalStore):
+    """A local store that appends every key it reads to a log file (O_APPEND: one line each)."""
+
+    def __init__(self, root: str, log: str):
+        super().__init__(root)
+        self.log = log
+
+    def _get_many(self, keys: list[str]) -> list[bytes]:
+        data = super()._get_many(keys)
+        fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, "".join(f"{k}\n" for k in keys).encode())
+        finally:
+            os.close(fd)
+        return data
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    out_dir = cfg["out"]
+    log = os.path.join(out_dir, f"reads-{rank}.log")
+    if cfg["pg"]:
+        dist.init_process_group("gloo")
+    store = LoggedStore(cfg["data"], log)
+    keys = sorted(store.list())
+    ds = unstall.FileDataset(store, keys)
+    cache = unstall.Cache(cfg["capacity"], peers=unstall.Peers(timeout_s=1.0, skip_s=60.0))
+    loader = unstall.DataLoader(
+        ds,
+        batch_size=4,
+        shuffle=True,
+        seed=11,
+        num_workers=2,
+        rank=rank,
+        world_size=world,
+        cache=cache,
+    )
+    epochs, stats = [], []
+    for epoch in range(cfg["epochs"]):
+        loader.set_epoch(epoch)
+        seen = []
+        for batch in loader:
+            seen += [hashlib.sha256(raw).hexdigest() for raw in batch]
+            with open(os.path.join(out_dir, f"progress-{rank}"), "w") as f:
+                f.write(str(len(seen)))
+            time.sleep(cfg["sleep"])
+        epochs.append(seen)
+        if cfg["pg"]:
+            dist.barrier()
+            with open(log, "a") as f:
+                f.write(f"#end {epoch}\n")
+            dist.barrier()
+        stats.append(loader.stats().get("peers", {}))  # cumulative
+    server = unstall.distributed._SERVER
+    result = {"epochs": epochs, "stats": stats, "server": f"{server.host}:{server.port}"}
+    path = os.path.join(out_dir, f"out-{rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f)
+    os.replace(path + ".tmp", path)
+    if cfg["pg"]:
+        dist.barrier()  # every node served its peers to the end
+        dist.destroy_process_group()
+    else:  # keep serving peers until the test says all are done (bounded)
+        stop = os.path.join(out_dir, "stop")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(stop) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Four "nodes" share one partitioned cache: each item read from storage once, shards exact."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import time
+import urllib.error
+import urllib.request
+
+from tests.distributed.conftest import WORLD, make_data, reference, sample_bytes
+from unstall.distributed import owner_of
+
+N = 96  # 24 samples per rank, 6 batches of 4
+
+
+def test_each_item_read_once_and_shards_match_single_node(cluster, tmp_path):
+    data = make_data(tmp_path / "data", N)
+    epochs = 3
+    c = cluster(data, pg=True, epochs=epochs, sleep=0.0, capacity="1MiB")  # 4 MiB >= 330 kB
+    results = [c.result(rank, timeout=120) for rank in range(WORLD)]
+    want = reference(data, epochs)
+    for rank in range(WORLD):
+        assert results[rank]["epochs"] == want[rank], f"rank {rank} differs from one node"
+    per_epoch: list[collections.Counter] = [collections.Counter() for _ in range(epochs)]
+    for rank in range(WORLD):
+        epoch = 0
+        for line in c.reads(rank):
+            if line.startswith("#end"):
+                epoch += 1
+            else:
+                per_epoch[epoch][line] += 1
+    assert per_epoch[0] == collections.Counter({f"{i:05d}.bin": 1 for i in range(N)})
+    assert [sum(e.values()) for e in per_epoch[1:]] == [0] * (epochs - 1)
+    # loader.stats()["peers"] (cumulative): epoch 2 on, other nodes' items all from peers
+    for e in range(1, epochs):
+
+        def delta(name: str, e: int = e) -> int:
+            return sum(r["stats"][e][name] - r["stats"][e - 1][name] for r in results)
+
+        assert delta("storage_reads") == 0 and delta("peer_errors") == 0
+        assert N // 2 < delta("peer_hits") < N  # ~3/4 of the data lives on another node
+    assert sum(r["stats"][0]["storage_reads"] for r in results) < N  # the rest: servers read
+
+
+def test_killed_and_frozen_peers_cost_a_timeout_then_storage(cluster, tmp_path):
+    data = make_data(tmp_path / "data", N)
+    c = cluster(data, token=TOKEN, pg=False, epochs=2, sleep=0.05, capacity="1MiB")
+    deadline = time.monotonic() + 60
+    while min(c.progress(r) for r in range(WORLD)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert min(c.progress(r) for r in range(WORLD)) >= 4, f"nodes did not start\n{c.failed()}"
+    c.signal(2, signal.SIGKILL)
+    c.signal(3, signal.SIGSTOP)
+    t0 = time.monotonic()
+    survivors = {rank: c.result(rank, timeout=60) for rank in (0, 1)}
+    took = time.monotonic() - t0
+    want = reference(data, 2)
+    for rank, got in survivors.items():
+        assert got["epochs"] == want[rank], f"rank {rank} lost or duplicated samples"
+        assert sum(s["peer_errors"] for s in got["stats"]) >= 1  # it tried a failed peer
+    # two epochs of 6 batches, 0.05 s each, plus at most a few 1 s timeouts per peer
+    assert took < 30, f"survivors took {took:.1f} s"
+    reads = collections.Counter(line for rank in (0, 1) for line in c.reads(rank))
+    lost = {k for k in reads if owner_of(k, WORLD) in (2, 3)}
+    assert lost, "the failed peers' items were not read from storage by the survivors"
+    _check_auth(survivors[0]["server"], data)
+
+
+TOKEN = "s3cret-job-token"
+
+
+def _get(url: str, headers: dict[str, str], method: str = "GET") -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _check_auth(address: str, data) -> None:
+    """A live node's server: 401 and no bytes without or with a wrong token; GET only."""
+    import unstall
+
+    fingerprint = unstall.FileDataset(str(data), sorted(p.name for p in data.iterdir()))
+    fp = fingerprint.fingerprint()
+    index = next(i for i in range(N) if owner_of(f"{i:05d}.bin", WORLD) == 0)
+    url = f"http://{address}/v1/{fp}/{index}"
+    assert _get(url, {}) == (401, b"")
+    assert _get(url, {"Authorization": "Bearer wrong-token"}) == (401, b"")
+    assert _get(url, {"Authorization": TOKEN}) == (401, b"")  # no "Bearer "
+    status, body = _get(url, {"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200 and body == sample_bytes(index, 3000 + (index * 7919) % 500)
+    assert _get(url, {"Authorization": f"Bearer {TOKEN}"}, method="POST")[0] == 405
+    assert _get(url, {"Authorization": f"Bearer {TOKEN}"}, method="HEAD")[0] == 405

@@ -1,0 +1,166 @@
+"""The HTML report: tables and PNG plots (matplotlib) in one folder, opened by any browser.
+
+Plots: the time breakdown of each run (compute, prep stall, fetch stall), what-if
+curves (throughput against cache size, workers and bandwidth), and a few seconds
+of the cold run's timeline (one lane per worker, one for the training loop).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from unstall.analysis.timeline import LOOP, lane_order, lanes, write_trace
+
+COLORS = {
+    "compute": "#4c72b0",
+    "prep": "#dd8452",
+    "prepare": "#dd8452",
+    "fetch": "#c44e52",
+    "wait": "#c44e52",
+}
+TITLES = {
+    "breakdown": "Time breakdown per 1,000 samples",
+    "whatif": "What if: predicted samples/s",
+    "timeline": "Timeline of the cold run",
+}
+
+
+def write_report(out_dir: str, report: dict[str, Any], spans: Sequence[tuple[float, ...]]) -> str:
+    """Write ``index.html``, its PNGs, ``trace.json`` and ``report.json``; returns the HTML path."""
+    os.makedirs(out_dir, exist_ok=True)
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    _breakdown(os.path.join(out_dir, "breakdown.png"), report)
+    _whatif(os.path.join(out_dir, "whatif.png"), report)
+    _timeline(os.path.join(out_dir, "timeline.png"), spans)
+    write_trace(os.path.join(out_dir, "trace.json"), spans)
+    with open(os.path.join(out_dir, "report.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    path = os.path.join(out_dir, "index.html")
+    with open(path, "w") as f:
+        f.write(_page(report))
+    return path
+
+
+def _breakdown(path: str, report: dict[str, Any]) -> None:
+    import matplotlib.pyplot as plt
+
+    runs, s = report["runs"], report["stall"]
+    gpu = 1000 * runs["synthetic"]["wall_s"] / max(1, runs["synthetic"]["samples"])
+    cold = 1000 * runs["cold"]["wall_s"] / max(1, runs["cold"]["samples"])
+    compute, prep, fetch = (cold * s[k] for k in ("compute", "prep", "fetch"))
+    names = ["synthetic (G)", "cached", "cold (as it is)"]
+    parts = {
+        "compute": [gpu, compute, compute],
+        "prep stall": [0, prep, prep],
+        "fetch stall": [0, 0, fetch],
+    }
+    fig, ax = plt.subplots(figsize=(8, 2.8), dpi=100)
+    left = [0.0, 0.0, 0.0]
+    for (label, values), color in zip(parts.items(), ("compute", "prep", "fetch"), strict=True):
+        ax.barh(names, values, left=left, color=COLORS[color], label=label)
+        left = [a + b for a, b in zip(left, values, strict=True)]
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per 1,000 samples")
+    ax.set_title(TITLES["breakdown"])
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _whatif(path: str, report: dict[str, Any]) -> None:
+    import matplotlib.pyplot as plt
+
+    c = report["curves"]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), dpi=100)
+    ax = axes[0]
+    ax.plot(c["cache"]["x"], c["cache"]["unstall"], color="#4c72b0", label="unstall.Cache")
+    ax.plot(c["cache"]["x"], c["cache"]["page_cache"], color="#999999", label="page cache (LRU)")
+    ax.set_xlabel("cache / dataset")
+    ax.legend(fontsize=8)
+    axes[1].plot(c["workers"]["x"], c["workers"]["y"], marker="o", color="#55a868")
+    axes[1].set_xlabel("workers")
+    axes[2].plot(c["bandwidth"]["x"], c["bandwidth"]["y"], marker="o", color="#c44e52")
+    axes[2].set_xlabel("storage bandwidth (x measured)")
+    for ax, name in zip(axes, ("vs cache size", "vs workers", "vs bandwidth"), strict=True):
+        ax.set_ylabel("samples/s")
+        ax.set_ylim(bottom=0)
+        ax.axhline(report["ingestion_rate"], color="#4c72b0", lw=0.8, ls="--")
+        ax.set_title(name, fontsize=10)
+    fig.suptitle(TITLES["whatif"])
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _timeline(path: str, spans: Sequence[tuple[float, ...]]) -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    data = lanes(spans, seconds=3.0)
+    names = sorted({LOOP, *data}, key=lane_order)
+    fig, ax = plt.subplots(figsize=(12, 0.6 * len(names) + 1.2), dpi=100)
+    for y, name in enumerate(names):
+        for kind in ("compute", "wait", "fetch", "prepare"):
+            bars = [(a, b - a) for k, a, b in data.get(name, []) if k == kind]
+            if bars:
+                ax.broken_barh(bars, (y - 0.35, 0.7), color=COLORS[kind])
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds")
+    ax.set_title(TITLES["timeline"])
+    ax.legend(
+        handles=[Patch(color=COLORS[k], label=k) for k in ("compute", "wait", "fetch", "prepare")],
+        loc="upper right",
+        fontsize=8,
+        ncol=4,
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _page(report: dict[str, Any]) -> str:
+    e = html.escape
+    rec = report["recommendation"]
+    s = report["stall"]
+    rows = "".join(
+        f"<tr><td>{e(r['config'])}</td><td>{r['samples_per_s']:,.0f}</td>"
+        f"<td>{r['epoch_s']:,.1f}</td><td>{e(r['bound'])}</td></tr>"
+        for r in report["what_if"]
+    )
+    notes = "".join(f"<li>{e(n)}</li>" for n in [report["split"], *report["notes"]])
+    figures = "".join(
+        f'<h2>{e(TITLES[name])}</h2><img src="{name}.png" alt="{e(TITLES[name])}" '
+        f'onload="this.dataset.ok=this.naturalWidth">'
+        for name in ("breakdown", "whatif", "timeline")
+    )
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>unstall analyze: {e(report["workload"])}</title>
+<style>body{{font-family:sans-serif;margin:24px;max-width:1250px}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}
+.verdict{{font-size:1.2em;font-weight:bold}}img{{max-width:100%}}</style></head><body>
+<h1>unstall analyze: {e(report["workload"])}</h1>
+<p class="verdict">{e(report["summary"])}</p>
+<table><tr><th>G (model)</th><th>P (prep, {report["num_workers"]} workers)</th>
+<th>F (fetch)</th><th>measured</th></tr>
+<tr><td>{report["ingestion_rate"]:,.0f}/s</td><td>{report["prep_rate"]:,.0f}/s</td>
+<td>{report["fetch_rate"]:,.0f}/s</td><td>{report["measured_samples_per_s"]:,.0f}/s</td></tr></table>
+<p>Cold run: compute {s["compute"]:.0%}, prep stall {s["prep"]:.0%},
+fetch stall {s["fetch"]:.0%}.</p>
+<h2>Recommendation</h2><p><code>{e(json.dumps(rec["kwargs"]))}</code>: predicted
+{rec["predicted_samples_per_s"]:,.0f} samples/s ({rec["predicted_speedup"]}x).
+Apply it: <code>unstall run --config recommendation.json -- python train.py</code></p>
+{figures}
+<h2>What-if table</h2><table><tr><th>configuration</th><th>samples/s</th><th>epoch (s)</th>
+<th>bound</th></tr>{rows}</table>
+<h2>How it was measured</h2><ul>{notes}</ul>
+<p>Timeline for Perfetto / chrome://tracing: <a href="trace.json">trace.json</a></p>
+</body></html>
+"""

@@ -1,0 +1,326 @@
+"""The differential runs: one training loop over the same steps of the same known order.
+
+``synthetic`` hands the model one real batch again and again (its own rate G);
+``cached`` first puts exactly the samples those steps read into unstall's cache
+(the order is known in advance), so nothing is fetched; ``cold`` evicts those
+files from the page cache (``posix_fadvise(DONTNEED)``, no root) and runs
+without the cache; ``fetch`` has the workers only fetch (no prepare, no model).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from unstall.loader import DataLoader, SplitDataset
+from unstall.loader.sampling import OrderSpec
+
+
+@dataclass
+class Workload:
+    """What the analyzer runs: a dataset, how it is loaded, and the model's step.
+
+    Args:
+        dataset: the training dataset (map-style). One with ``fetch``/``prepare``
+            (`unstall.FileDataset`) is measured fetch and prepare apart; a plain one
+            is split by the workers' CPU time (prepare) and the rest (fetch).
+        step: trains on one batch (returns when the step is done).
+        batch_size, num_workers, seed: the loader's settings.
+        loader_kwargs: other `unstall.DataLoader` arguments (``collate_fn``, ``device``...).
+        to_device: puts a host batch where ``step`` wants it (the synthetic run keeps
+            one such batch).
+        name: shown in the report.
+    """
+
+    dataset: Any
+    step: Callable[[Any], None]
+    batch_size: int
+    num_workers: int
+    seed: int = 0
+    loader_kwargs: dict[str, Any] = field(default_factory=dict)
+    to_device: Callable[[Any], Any] | None = None
+    name: str = "workload"
+
+    @property
+    def split(self) -> bool:
+        return isinstance(self.dataset, SplitDataset)
+
+    def order(self) -> OrderSpec:
+        return OrderSpec(
+            num_samples=len(self.dataset),
+            batch_size=self.batch_size,
+            shuffle=True,
+            drop_last=True,
+            seed=self.seed,
+        )
+
+    def loader(self, *, cache: Any = None, **extra: Any) -> DataLoader:
+        """An `unstall.DataLoader` over the known order (seeded, shuffled), spans recorded."""
+        kwargs = {
+            "batch_size": self.batch_size,
+            "shuffle": True,
+            "drop_last": True,
+            "num_workers": self.num_workers,
+            "seed": self.seed,
+            "cache": cache if cache is not None else False,  # no default disk tier either
+            **self.loader_kwargs,
+            **extra,
+        }
+        with timeline_on():
+            return DataLoader(self.dataset, **kwargs)
+
+
+@contextlib.contextmanager
+def timeline_on() -> Iterator[None]:
+    """Loaders made inside keep per-batch spans (``stats()["timeline"]``)."""
+    before = os.environ.get("UNSTALL_TIMELINE")
+    os.environ["UNSTALL_TIMELINE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("UNSTALL_TIMELINE", None)
+        else:
+            os.environ["UNSTALL_TIMELINE"] = before
+
+
+@dataclass
+class Run:
+    """One measured run [Unit: second]: the steps after warm-up only.
+
+    ``spans``: the loader's per-batch spans inside the measured window
+    (wait start, wait end, worker, start, fetch end, end, prepare CPU, samples).
+    """
+
+    kind: str
+    samples: int
+    wall_s: float
+    wait_s: float
+    compute_s: float
+    steps: int
+    start: float
+    spans: list[tuple[float, ...]] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    step_s: list[float] = field(default_factory=list)
+    compute_steps: list[float] = field(default_factory=list)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def compute_rate(self) -> float:
+        """Samples/s of the model alone in this run: at its median time inside a step."""
+        if not self.compute_steps or not self.samples:
+            return 0.0
+        median = sorted(self.compute_steps)[len(self.compute_steps) // 2]
+        return self.samples / self.steps / median if median > 0 else 0.0
+
+    @property
+    def steady_rate(self) -> float:
+        """Samples/s at the median step time: the rate without the machine's bursts."""
+        if not self.step_s or not self.samples:
+            return self.samples_per_s
+        median = sorted(self.step_s)[len(self.step_s) // 2]
+        return self.samples / self.steps / median if median > 0 else self.samples_per_s
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "steps": self.steps,
+            "wall_s": round(self.wall_s, 4),
+            "wait_s": round(self.wait_s, 4),
+            "compute_s": round(self.compute_s, 4),
+            "samples_per_s": round(self.samples_per_s, 2),
+        }
+
+
+def train_loop(
+    kind: str,
+    batches: Iterator[Any],
+    step: Callable[[Any], None],
+    *,
+    warmup: int,
+    steps: int,
+    on_step: Callable[[], None] | None = None,
+) -> Run:
+    """Time ``steps`` steps after ``warmup``: per step the wait for data, then the model."""
+    for _ in range(warmup):
+        batch = next(batches, None)
+        if batch is None:
+            raise RuntimeError(f"{kind} run: the data ended during warm-up ({warmup} steps)")
+        step(batch)
+    wait = compute = 0.0
+    samples = done = 0
+    step_s: list[float] = []
+    compute_steps: list[float] = []
+    start = time.perf_counter()
+    t0 = start
+    while done < steps:
+        batch = next(batches, None)
+        t1 = time.perf_counter()
+        if batch is None:
+            break
+        step(batch)
+        t2 = time.perf_counter()
+        wait, compute = wait + t1 - t0, compute + t2 - t1
+        step_s.append(t2 - t0)
+        compute_steps.append(t2 - t1)
+        samples += _batch_len(batch)
+        done += 1
+        t0 = t2
+        if on_step is not None:
+            on_step()
+    return Run(
+        kind,
+        samples,
+        t0 - start,
+        wait,
+        compute,
+        done,
+        start,
+        step_s=step_s,
+        compute_steps=compute_steps,
+    )
+
+
+def synthetic_run(work: Workload, warmup: int, steps: int, **kw: Any) -> Run:
+    """One real batch, on the device, handed to the model again and again: G."""
+    loader = work.loader(num_workers=0, zero_copy=False)
+    it = iter(loader)
+    batch = next(it)
+    del it
+    if work.to_device is not None:
+        batch = work.to_device(batch)
+
+    def repeat() -> Iterator[Any]:
+        while True:
+            yield batch
+
+    return train_loop("synthetic", repeat(), work.step, warmup=warmup, steps=steps, **kw)
+
+
+def loader_run(
+    kind: str, work: Workload, warmup: int, steps: int, *, cache: Any = None, **kw: Any
+) -> Run:
+    """The real loader over the known order; workers stopped and slots freed at the end."""
+    loader = work.loader(cache=cache)
+    it = iter(loader)
+    try:
+        batches = (work.to_device(b) for b in it) if work.to_device is not None else it
+        run = train_loop(kind, batches, work.step, warmup=warmup, steps=steps, **kw)
+        stats = loader.stats()
+    finally:
+        del it
+        loader.close()
+    run.spans = [s for s in stats.pop("timeline", []) if s[0] >= run.start]
+    run.stats = stats
+    return run
+
+
+def step_indices(work: Workload, batches: int) -> list[int]:
+    """The sample indices the first ``batches`` batches of epoch 0 read, in order."""
+    out: list[int] = []
+    for b, indices in enumerate(work.order().batches(0)):
+        if b >= batches:
+            break
+        out.extend(indices)
+    return out
+
+
+def evict(dataset: Any, indices: Sequence[int]) -> bool:
+    """Drop these samples' files from the page cache (no root needed); False if not files."""
+    store = getattr(dataset, "store", None)
+    while store is not None and not hasattr(store, "drop_page_cache"):
+        store = getattr(store, "inner", None)
+    if store is None or not hasattr(dataset, "key"):
+        return False
+    store.drop_page_cache([dataset.key(i) for i in indices])
+    return True
+
+
+@contextlib.contextmanager
+def filled_cache(dataset: Any, indices: Sequence[int], sample_bytes: float) -> Iterator[Any]:
+    """An unstall `Cache` holding exactly ``indices`` (filled before timing); removed after."""
+    from unstall.cache import Cache
+
+    store = getattr(dataset, "store", None)
+    bypass = getattr(store, "bypass_page_cache", None)
+    capacity = int(sample_bytes * len(indices) * 1.5) + (8 << 20)
+    cache = Cache(capacity, name=f"analyze-{os.getpid()}-{random.getrandbits(32):08x}")
+    try:
+        layer = cache.bind(dataset)
+        for i in range(0, len(indices), 64):
+            layer.fetch(dataset, list(indices[i : i + 64]))
+        yield cache
+    finally:
+        cache.close()
+        if bypass is not None:
+            store.bypass_page_cache = bypass
+
+
+class FetchOnly(torch.utils.data.Dataset):
+    """The dataset with preparation taken out: workers fetch raw bytes and hand back sizes."""
+
+    def __init__(self, dataset: Any):
+        self.inner = dataset
+        self.store = getattr(dataset, "store", None)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def key(self, index: int) -> str:
+        return self.inner.key(index)
+
+    def fetch(self, indices: Sequence[int]) -> list[bytes]:
+        return self.inner.fetch(indices)
+
+    def prefetch(self, indices: Sequence[int]) -> None:
+        if hasattr(self.inner, "prefetch"):
+            self.inner.prefetch(indices)
+
+    def prepare(self, index: int, raw: bytes) -> int:
+        return len(raw)
+
+    def __getitem__(self, index: int) -> int:
+        return self.prepare(index, self.fetch([index])[0])
+
+
+def fetch_run(work: Workload, warmup: int, steps: int) -> Run:
+    """Workers only fetch (no prepare, no model): the loader's fetch rate as configured."""
+    unused = ("collate_fn", "device", "prep", "device_transform")  # nothing is prepared
+    keep = {k: v for k, v in work.loader_kwargs.items() if k not in unused}
+    loader = DataLoader(
+        FetchOnly(work.dataset),
+        batch_size=work.batch_size,
+        shuffle=True,
+        drop_last=True,
+        num_workers=work.num_workers,
+        seed=work.seed,
+        collate_fn=torch.tensor,  # sizes only: the bytes stay in the workers
+        cache=False,  # storage as it is: no default disk tier
+        **keep,
+    )
+    it = iter(loader)
+    try:
+        return train_loop("fetch", it, _no_step, warmup=warmup, steps=steps)
+    finally:
+        del it
+        loader.close()
+
+
+def _no_step(batch: Any) -> None:
+    return None
+
+
+def _batch_len(batch: Any) -> int:
+    from unstall.loader.stats import batch_size_of
+
+    return batch_size_of(batch)

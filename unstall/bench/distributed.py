@@ -1,0 +1,207 @@
+"""`bench distributed`: 4 nodes on this machine, dataset 2x a node's cache, slow storage.
+
+Each "node" is a process tree of its own (own shared-memory namespace, own
+loopback address 127.0.0.2..5, torchrun's environment, a gloo process group)
+with its own `ThrottledStore` link. Three variants, same run, same loaders:
+
+- ``alone``: each node caches alone (``Cache(C)``): half its shard hits at best.
+- ``partitioned``: ``Cache(C, peers=Peers())``: each item cached by its owner,
+  the nodes' caches together hold the dataset, misses served by peers.
+- ``local``: every node caches the whole dataset (the ceiling: all local hits).
+
+``ratio`` = partitioned / local and ``vs_alone`` = partitioned / alone, both on
+the cluster's samples/s from epoch 2 (each epoch's wall time is the slowest
+node's). Goals: storage bytes 0 from epoch 2, ratio >= 0.9, vs_alone >= 1.8.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from unstall.bench.harness import BenchResult, Measurement, row
+from unstall.stores.local import LocalStore
+
+DESCRIPTION = "4 nodes: a cache partitioned across nodes vs each caching alone, slow storage"
+VARIANTS = ("alone", "partitioned", "local")
+WORLD = 4
+EPOCHS = 3
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _run_variant(variant: str, cfg: dict[str, Any], timeout_s: float) -> list[dict[str, Any]]:
+    """Start the 4 nodes of one variant and return their results (by rank)."""
+    out = tempfile.mkdtemp(prefix=f"unstall-bench-dist-{variant}-")
+    port = _free_port("127.0.0.2")
+    config = json.dumps(dict(cfg, variant=variant, out=out))
+    procs = []
+    try:
+        for rank in range(WORLD):
+            env = dict(
+                os.environ,
+                RANK=str(rank),
+                LOCAL_RANK="0",
+                WORLD_SIZE=str(WORLD),
+                LOCAL_WORLD_SIZE="1",
+                GROUP_RANK=str(rank),
+                MASTER_ADDR="127.0.0.2",
+                MASTER_PORT=str(port),
+                UNSTALL_PEER_ADDR=f"127.0.0.{2 + rank}",
+                UNSTALL_SHM_NAMESPACE=f"bench{os.getpid()}n{rank}",
+            )
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "unstall.bench.distributed_node", config],
+                    env=env,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,
+                )
+            )
+        deadline = time.monotonic() + timeout_s
+        for rank, proc in enumerate(procs):
+            try:
+                _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                msg = f"bench node {rank} ({variant}) ran past {timeout_s} s"
+                raise RuntimeError(msg) from None
+            if proc.returncode != 0:
+                raise RuntimeError(f"bench node {rank} ({variant}) failed:\n{err[-3000:]}")
+        results = []
+        for rank in range(WORLD):
+            with open(os.path.join(out, f"node-{rank}.json")) as f:
+                results.append(json.load(f))
+        return results
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait(timeout=10)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Cluster figures per epoch: samples, slowest node's wall, storage and peer bytes."""
+    epochs = []
+    for e in range(EPOCHS):
+        ms = [r["epochs"][e] for r in results]
+        epochs.append(
+            Measurement(
+                samples=sum(m["samples"] for m in ms),
+                wall_s=max(m["wall_s"] for m in ms),
+                wait_s=max(m["wait_s"] for m in ms),
+                compute_s=max(m["compute_s"] for m in ms),
+                batches=sum(m["batches"] for m in ms),
+            )
+        )
+    later = epochs[1:]
+    return {
+        "epochs": [m.as_dict() for m in epochs],
+        "samples_per_s": [round(m.samples_per_s, 1) for m in epochs],
+        "samples_per_s_from_epoch2": round(
+            sum(m.samples for m in later) / sum(m.wall_s for m in later), 1
+        ),
+        "storage_bytes": [sum(r["storage_bytes"][e] for r in results) for e in range(EPOCHS)],
+        "peer_bytes": [sum(r["peer_bytes"][e] for r in results) for e in range(EPOCHS)],
+    }
+
+
+def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> BenchResult:
+    n, size = (1024, 64 << 10) if quick else (2048, 64 << 10)
+    repeats = repeats or (1 if quick else 3)
+    dataset_bytes = n * size
+    node_items = n // WORLD
+    rate = 400.0  # simulated accelerator per node [samples/s]
+    cfg: dict[str, Any] = {
+        "capacity": dataset_bytes // 2,  # dataset = 2x a node's cache <= the aggregate 4x
+        "dataset_bytes": dataset_bytes,
+        # a node's link moves half its shard (alone's misses) in 2.5x the compute time
+        "bytes_per_s": node_items * size / 2 / (2.5 * node_items / rate),
+        "rate": rate,
+        "batch_size": 32,
+        "workers": 2,
+        "epochs": EPOCHS,
+    }
+    root = tempfile.mkdtemp(prefix="unstall-bench-dist-data-")
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+    try:
+        store = LocalStore(root)
+        keys = [f"{i:06d}.bin" for i in range(n)]
+        for i, key in enumerate(keys):
+            store.put(key, os.urandom(16) + i.to_bytes(8, "little") * ((size - 16) // 8))
+        cfg.update(root=root, keys=keys)
+        for r in range(repeats):
+            order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
+            for variant in order:
+                res = _summary(_run_variant(variant, cfg, timeout_s=300.0))
+                runs[variant].append(res)
+                if console is not None:
+                    console.print(
+                        f"  run {r + 1}/{repeats} {variant:11s} samples/s {res['samples_per_s']} "
+                        f"storage bytes {res['storage_bytes']} peer bytes {res['peer_bytes']}"
+                    )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return _result(runs, cfg, n, size, repeats)
+
+
+def _result(
+    runs: dict[str, list[dict[str, Any]]], cfg: dict[str, Any], n: int, size: int, repeats: int
+) -> BenchResult:
+    speed = {
+        v: statistics.median(r["samples_per_s_from_epoch2"] for r in runs[v]) for v in VARIANTS
+    }
+    ordered = sorted(runs["partitioned"], key=lambda r: r["samples_per_s_from_epoch2"])
+    part = ordered[len(ordered) // 2]
+    ratio = speed["partitioned"] / speed["local"]
+    vs_alone = speed["partitioned"] / speed["alone"]
+    rows = []
+    for v in VARIANTS:
+        med = sorted(runs[v], key=lambda r: r["samples_per_s_from_epoch2"])[len(runs[v]) // 2]
+        for e in range(EPOCHS):
+            m = Measurement(**{k: med["epochs"][e][k] for k in Measurement.__dataclass_fields__})
+            rows.append(
+                row(
+                    f"epoch {e + 1}",
+                    v,
+                    m,
+                    storage_mb=round(med["storage_bytes"][e] / 1e6, 2),
+                    peer_mb=round(med["peer_bytes"][e] / 1e6, 2),
+                )
+            )
+    notes = [
+        f"{WORLD} nodes, {n} samples of {size >> 10} KiB (dataset {n * size / 1e6:.0f} MB), "
+        f"node cache {cfg['capacity'] / 1e6:.0f} MB, node link "
+        f"{cfg['bytes_per_s'] / 1e6:.1f} MB/s, simulated accelerator {cfg['rate']:.0f} "
+        f"samples/s per node; median of {repeats} run(s)",
+        f"ratio = partitioned / fully local from epoch 2: {ratio:.3f} (goal >= 0.9)",
+        f"vs_alone = partitioned / caching alone from epoch 2: {vs_alone:.3f} (goal >= 1.8)",
+    ]
+    return BenchResult(
+        name="distributed",
+        ratio=ratio,
+        baseline={"local": speed["local"], "alone": speed["alone"]},
+        unstall={"partitioned": speed["partitioned"]},
+        rows=rows,
+        detail={
+            "vs_alone": round(vs_alone, 4),
+            "storage_bytes": part["storage_bytes"],
+            "peer_bytes": part["peer_bytes"],
+            "samples_per_s_from_epoch2": speed,
+            "runs": runs,
+        },
+        notes=notes,
+    )

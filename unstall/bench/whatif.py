@@ -1,0 +1,242 @@
+"""`bench whatif`: the analyzer's predictions against measurements, in the same run.
+
+One configuration is analysed (2 workers, no cache, storage at the lower
+throughput): the differential runs give G, the prep CPU per sample and the
+storage. From those alone the model predicts a grid (workers 1 and 2 x cache
+0, 0.5, 1.0 x two storage throughputs), plus a latency-bound S3 case on SeaweedFS
+behind a delaying proxy (there the storage is probed, the rest is the
+analysis'), and each cell is then measured with the same steps. Last, the
+recommended configuration is applied and measured. Errors are fractions of the
+measured rate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import statistics
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from unstall.analysis.core import analyze_workload
+from unstall.analysis.model import Config, predict
+from unstall.analysis.probe import probe_storage
+from unstall.analysis.recommend import recommend
+from unstall.analysis.runs import Workload, loader_run, step_indices
+from unstall.bench.accelerator import SimulatedAccelerator
+from unstall.bench.harness import BenchResult
+from unstall.cache import Cache
+from unstall.data import FileDataset
+from unstall.stores.local import LocalStore
+from unstall.testing.throttle import ThrottledStore
+
+DESCRIPTION = "what-if model: predicted vs measured samples/s over a grid, and the recommendation"
+RATE = 150.0  # the simulated model [samples/s]
+BATCH = 8
+THROUGHPUTS = (3e6, 6e6)  # storage [byte/s]: ~40 and ~80 JPEGs/s
+S3_LATENCY_S, S3_INFLIGHT = 0.05, 2
+
+
+class MemoryFiles(LocalStore):
+    """Files kept in the page cache (never evicted, never read around): the throttled link
+    in front is then the storage's only cost, as the model's bandwidth and latency say."""
+
+    @property  # type: ignore[override]
+    def bypass_page_cache(self) -> bool:
+        return False
+
+    @bypass_page_cache.setter
+    def bypass_page_cache(self, value: bool) -> None:
+        pass
+
+    def drop_page_cache(self, keys: list[str] | None = None) -> None:
+        pass
+
+
+def _workload(store: Any, keys: list[str], labels: list[int], workers: int) -> Workload:
+    from unstall.pipeline import ImagePipeline
+
+    dataset = FileDataset(store, keys, labels=labels, transform=ImagePipeline())
+    accel = SimulatedAccelerator(RATE)
+    return Workload(dataset, accel.step, batch_size=BATCH, num_workers=workers, name="whatif")
+
+
+@contextlib.contextmanager
+def _cache_holding(dataset: Any, order: Sequence[int], fraction: float) -> Iterator[Any]:
+    """A `Cache` holding ``fraction`` of the samples, spread evenly over the order read."""
+    if fraction <= 0:
+        yield None
+        return
+    chosen = [i for k, i in enumerate(order) if int((k + 1) * fraction) > int(k * fraction)]
+    sizes = [os.path.getsize(dataset.store.path(dataset.key(i))) for i in chosen]
+    cache = Cache(int(sum(sizes) * 1.2) + (4 << 20), name=f"whatif-{random.getrandbits(32):08x}")
+    try:
+        fill = FileDataset(dataset.store.inner, dataset.keys)  # same segment, unthrottled
+        layer = cache.bind(fill)
+        for i in range(0, len(chosen), 64):
+            layer.fetch(fill, chosen[i : i + 64])
+        yield cache
+    finally:
+        cache.close()
+
+
+@contextlib.contextmanager
+def _link(local: MemoryFiles, bytes_per_s: float) -> Iterator[ThrottledStore]:
+    store = ThrottledStore(local, bytes_per_s=bytes_per_s)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _measure(work: Workload, cache_fraction: float, warmup: int, steps: int) -> float:
+    order = step_indices(work, warmup + steps + 2 * work.num_workers + 2)
+    with _cache_holding(work.dataset, order, cache_fraction) as cache:
+        run = loader_run("cell", work, warmup, steps, cache=cache)
+    return run.samples_per_s
+
+
+def run(*, quick: bool, console: Any = None) -> BenchResult:
+    from unstall.data.synthetic import ensure_demo_dataset
+
+    say = console.print if console is not None else print
+    warmup, steps, images = (3, 20, 512) if quick else (5, 40, 1024)
+    root = str(ensure_demo_dataset(images=2048, classes=10, seed=0, progress=False))
+    local = MemoryFiles(root)
+    keys = sorted(k for k in local.list() if k.endswith(".jpg"))[:images]
+    for key in keys:  # into the page cache once
+        local.get(key)
+    labels = [int(k.split("/")[0].split("_")[-1]) for k in keys]
+    stores = {THROUGHPUTS[0]: ThrottledStore(local, bytes_per_s=THROUGHPUTS[0])}
+    rows: list[dict[str, Any]] = []
+    try:
+        base = _workload(stores[THROUGHPUTS[0]], keys, labels, 2)
+        say("analysing the base configuration (2 workers, no cache, 3 MB/s)")
+        a = analyze_workload(base, warmup=warmup, steps=steps)
+        rates, base_config = a.rates, a.base_config
+        say(
+            f"  G {rates.ingestion:.0f}/s, prep {1 / rates.prep_cpu_s:.0f}/s per worker, "
+            f"storage {rates.bandwidth / 1e6:.2f} MB/s, bottleneck {a.bottleneck}"
+        )
+        for b in THROUGHPUTS:
+            for workers in (1, 2):
+                for cache in (0.0, 0.5, 1.0):
+                    config = replace(base_config, workers=workers, cache=cache, bandwidth=b)
+                    with _link(local, b) as store:  # a fresh link per cell: nothing queued on it
+                        work = _workload(store, keys, labels, workers)
+                        rows.append(_cell(config, rates, work, warmup, steps, say))
+        rows += _s3_cells(rates, keys, local, labels, warmup, steps, say)
+        rec = recommend(rates, base_config, len(keys), a.runs["cold"].samples_per_s)
+        w, c = rec["kwargs"]["num_workers"], rec["kwargs"].get("cache", 0.0)
+        say(f"recommended: {rec['kwargs']} predicted {rec['predicted_samples_per_s']}/s")
+        rec_config = replace(base_config, workers=w, cache=c)
+        with _link(local, THROUGHPUTS[0]) as store:
+            applied = _cell(
+                rec_config, rates, _workload(store, keys, labels, w), warmup, steps, say
+            )
+    finally:
+        for store in stores.values():
+            store.close()
+    base_rate = round(a.runs["cold"].samples_per_s, 1)
+    errors = [r["error"] for r in rows]
+    median_error, max_error = statistics.median(errors), max(errors)
+    rec_error = applied["error"]
+    say(f"median error {median_error:.1%}, worst {max_error:.1%}; recommendation {rec_error:.1%}")
+    return BenchResult(
+        name="whatif",
+        ratio=round(applied["measured"] / base_rate, 4),
+        baseline={
+            "config": "workers=2,cache=0 at 3 MB/s",
+            "samples_per_s": a.runs["cold"].samples_per_s,
+        },
+        unstall={"config": rec["config"], "samples_per_s": applied["measured"]},
+        rows=[*rows, {**applied, "case": "recommended"}],
+        detail={
+            "median_error": round(median_error, 4),
+            "max_error": round(max_error, 4),
+            "cells": len(rows),
+            "recommendation": {
+                **rec,
+                "measured_samples_per_s": applied["measured"],
+                "error": round(rec_error, 4),
+            },
+            "analysis": {"rates": rates.as_dict(), "stall": a.stall, "bottleneck": a.bottleneck},
+            "config": {
+                "rate": RATE,
+                "batch_size": BATCH,
+                "images": len(keys),
+                "steps": steps,
+                "throughputs": list(THROUGHPUTS),
+            },
+        },
+        notes=[
+            "predictions from the base configuration's analysis only (S3: storage probed);",
+            "error = |predicted - measured| / measured; ratio: recommended over the base config",
+        ],
+    )
+
+
+def _cell(config: Config, rates: Any, work: Workload, warmup: int, steps: int, say: Any) -> dict:
+    predicted = predict(rates, config).samples_per_s
+    measured = _measure(work, config.cache, warmup, steps)
+    error = abs(predicted - measured) / measured if measured else 1.0
+    say(
+        f"  {config.label():45s} predicted {predicted:7.1f}/s measured {measured:7.1f}/s"
+        f" ({error:.1%})"
+    )
+    return {
+        "case": config.label(),
+        "predicted": round(predicted, 1),
+        "measured": round(measured, 1),
+        "error": round(error, 4),
+        "bound": predict(rates, config).bound,
+    }
+
+
+def _s3_cells(
+    rates: Any,
+    keys: list[str],
+    local: MemoryFiles,
+    labels: list[int],
+    warmup: int,
+    steps: int,
+    say: Any,
+) -> list[dict]:
+    """Workers 1 and 2 against S3 with 50 ms latency and 2 requests in flight per worker."""
+    from unstall.bench.s3_rig import BUCKET, ProxyProcess
+    from unstall.stores.s3 import S3Store
+    from unstall.testing import SeaweedServer
+
+    out = []
+    with SeaweedServer([BUCKET]) as server:
+        up = S3Store(f"s3://{BUCKET}/train", **server.store_options())  # via its helper process
+        for i in range(0, len(keys), 128):
+            up.put_many([(k, local.get(k)) for k in keys[i : i + 128]])
+        up.close()
+        with ProxyProcess(server.endpoint, S3_LATENCY_S) as endpoint:
+            opts = server.store_options(endpoint=endpoint)
+            store = S3Store(f"s3://{BUCKET}/train", **opts, max_inflight=S3_INFLIGHT)
+            try:
+                work = _workload(store, keys, labels, 1)
+                spare = step_indices(work, len(keys) // BATCH)[-2 * BATCH :]
+                probe = probe_storage(work.dataset, spare, BATCH)
+                say(
+                    f"  S3 probe: {probe.latency_s * 1e3:.1f} ms, {probe.inflight} in flight/worker"
+                )
+                s3_rates = replace(
+                    rates,
+                    bandwidth=probe.bandwidth,
+                    latency_s=probe.latency_s,
+                    sample_bytes=probe.sample_bytes,
+                )
+                for workers in (1, 2):
+                    config = Config(workers, BATCH, inflight=probe.inflight, prefetch=True)
+                    work = _workload(store, keys, labels, workers)
+                    row = _cell(config, s3_rates, work, warmup, steps, say)
+                    row["case"] = f"s3 {S3_LATENCY_S * 1e3:.0f}ms, {row['case']}"
+                    out.append(row)
+            finally:
+                store.close()
+    return out

@@ -1,0 +1,255 @@
+"""The fetch layer of a cache with a disk tier: shared memory first, then local disk, then storage.
+
+An item fetched from storage goes to the RAM tier if it fits there, else to the
+disk tier: never to both. Both tiers fill once and never evict, so from epoch 2
+the hit rate is (RAM items + disk items) / N. Like `CacheLayer`, each process
+maps the disk index and opens the data file itself on first use, and counts in
+its own slot of the index, so the owner sums its workers' figures.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from unstall.cache import disk_tier, lifecycle
+from unstall.cache.capacity import format_bytes
+from unstall.cache.layer import CacheLayer
+from unstall.cache.shm_cache import (
+    EMPTY,
+    H_BUMP,
+    H_CACHED_BYTES,
+    H_CACHED_ITEMS,
+    READY,
+    S_BYTES,
+    S_HITS,
+    S_INSERTED,
+    S_MISSES,
+    ShmCache,
+)
+
+
+class DiskFullWarning(UserWarning):
+    """The disk under the cache directory filled up: the disk tier stops growing."""
+
+
+class TieredLayer:
+    """RAM tier (a `CacheLayer`, or None) over a disk tier; built by `Cache.bind`."""
+
+    def __init__(
+        self,
+        ram: CacheLayer | None,
+        *,
+        path: str | None,
+        name: str,
+        group: int,
+        owner: int,
+        capacity: int,
+        how: str,
+        reason: str = "",
+    ):
+        self.ram = ram
+        self.path, self.name, self.group, self.owner = path, name, group, owner
+        self.capacity, self.how, self.reason = capacity, how, reason
+        self._index: ShmCache | None = None
+        self._fd = -1
+        self._slot = -1
+        self._pid = -1
+        self._closed = False
+        self._local = {"hits": 0, "misses": 0, "inserted": 0, "inserted_bytes": 0}
+        self._last: dict[str, Any] = {}
+
+    def _adopt(self, index: ShmCache, slot: int, fd: int) -> None:
+        self._index, self._slot, self._fd, self._pid = index, slot, fd, os.getpid()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_index=None, _slot=-1, _fd=-1, _pid=-1)
+        return state
+
+    def _attached(self) -> ShmCache | None:
+        if self._pid == os.getpid():
+            return self._index
+        self._pid, self._index, self._slot, self._fd = os.getpid(), None, -1, -1
+        self._local = dict.fromkeys(self._local, 0)
+        if self.path is not None and not self._closed:
+            got = disk_tier.attach_tier(self.path, owner=self.owner, group=self.group)
+            if got is not None:
+                self._index, self._slot, self._fd = got
+        return self._index
+
+    # Fetch layer ---------------------------------------------------------------------
+    def fetch(self, dataset: Any, indices: Sequence[int]) -> list[bytes]:
+        """Raw bytes of ``indices`` in order: from RAM, else disk, else storage (then stored)."""
+        indices = list(indices)
+        ram = self.ram._attached() if self.ram is not None else None
+        got: list[bytes | None] = (
+            ram.get_many(indices) if ram is not None else [None] * len(indices)
+        )
+        ram_hits = sum(raw is not None for raw in got)
+        index = self._attached()
+        need = [k for k, raw in enumerate(got) if raw is None]
+        if index is not None and need:
+            from_disk = disk_tier.get_many(index, self._fd, [indices[k] for k in need])
+            for k, raw in zip(need, from_disk, strict=True):
+                got[k] = raw
+        missing = [k for k, raw in enumerate(got) if raw is None]
+        disk_hits = len(need) - len(missing)
+        stored = (0, 0, 0, 0)
+        if missing:
+            raws = [bytes(raw) for raw in dataset.fetch([indices[k] for k in missing])]
+            if len(raws) != len(missing):
+                raise ValueError(
+                    f"{type(dataset).__name__}.fetch returned {len(raws)} items for "
+                    f"{len(missing)} indices"
+                )
+            for k, raw in zip(missing, raws, strict=True):
+                got[k] = raw
+            stored = self._store([(indices[k], raw) for k, raw in zip(missing, raws, strict=True)])
+        if self.ram is not None:
+            self.ram._count(ram_hits, len(indices) - ram_hits, stored[0], stored[1])
+        self._count(disk_hits, len(missing), stored[2], stored[3])
+        return got  # type: ignore[return-value]  # every None was filled
+
+    def _store(self, items: list[tuple[int, bytes]]) -> tuple[int, int, int, int]:
+        """Fetched items to RAM, those RAM cannot take to disk: (ram n, bytes, disk n, bytes)."""
+        ram = self.ram._cache if self.ram is not None else None
+        ram_n = ram_b = 0
+        if ram is not None:
+            ram_n, ram_b = ram.put_many(items)
+            # still EMPTY in RAM: it did not fit (the bump pointer only grows, so it never
+            # will); CLAIMED or READY: RAM holds it (or another process is storing it there)
+            left = ram.state[[i for i, _ in items]] == EMPTY
+            items = [item for item, out in zip(items, left.tolist(), strict=True) if out]
+        index = self._index
+        if index is None or not items:
+            return ram_n, ram_b, 0, 0
+        disk_n, disk_b, first_full = disk_tier.put_many(index, self._fd, items)
+        if first_full:
+            warnings.warn(
+                f"the disk under {disk_tier.tier_dir()} is full: the disk cache {self.name} "
+                f"stops at {format_bytes(int(index.hdr[H_BUMP]))}; items past that are fetched "
+                "from storage (free space, or set UNSTALL_CACHE_DIR to a larger disk)",
+                DiskFullWarning,
+                stacklevel=3,
+            )
+        return ram_n, ram_b, disk_n, disk_b
+
+    def prefetch(self, dataset: Any, indices: Sequence[int]) -> None:
+        """Pass the look-ahead hint on for samples in neither tier."""
+        indices = list(indices)
+        for cache in (self.ram._attached() if self.ram is not None else None, self._attached()):
+            if cache is not None and indices:
+                cached = cache.state[indices] == READY
+                indices = [i for i, hit in zip(indices, cached.tolist(), strict=True) if not hit]
+        if indices:
+            dataset.prefetch(indices)
+
+    def _count(self, hits: int, misses: int, inserted: int, size: int) -> None:
+        if self._index is not None and self._slot >= 0:
+            row = self._index.slots[self._slot]
+            with self._index.thread_lock:
+                row[S_HITS] += hits
+                row[S_MISSES] += misses
+                row[S_INSERTED] += inserted
+                row[S_BYTES] += size
+        else:
+            for key, value in zip(self._local, (hits, misses, inserted, size), strict=True):
+                self._local[key] += value
+
+    # Stats ---------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """``{"cache": {...}}``: totals over both tiers, and ``ram`` / ``disk`` sections."""
+        ram = self.ram.stats()["cache"] if self.ram is not None else None
+        disk = self._disk_stats()
+        hits = (ram["hits"] if ram else 0) + disk["hits"]
+        misses = disk["misses"]
+        out: dict[str, Any] = {
+            "name": self.name,
+            "policy": "noevict",
+            "enabled": True,
+            "tiers": [t for t, s in (("ram", ram), ("disk", disk)) if s and s["enabled"]],
+            "hits": hits,
+            "misses": misses,
+            "hit_rate": hits / (hits + misses) if hits + misses else 0.0,
+            "ram_hits": ram["hits"] if ram else 0,
+            "disk_hits": disk["hits"],
+            "ram_cached_bytes": ram.get("cached_bytes", 0) if ram else 0,
+            "disk_cached_bytes": disk.get("cached_bytes", 0),
+            "ram_inserted_bytes": ram["inserted_bytes"] if ram else 0,
+            "disk_inserted_bytes": disk["inserted_bytes"],
+            "disk": disk,
+        }
+        if ram is not None:
+            out["ram"] = ram
+        return {"cache": out}
+
+    def _disk_stats(self) -> dict[str, Any]:
+        index = self._index if self._pid == os.getpid() else None
+        out: dict[str, Any] = {
+            "enabled": self.path is not None,
+            "dir": disk_tier.tier_dir(),
+            "opened": self.how,
+            "capacity_bytes": self.capacity,
+        }
+        if self.reason:
+            out["reason"] = self.reason
+        counts = dict(self._local)
+        if index is None:
+            out.update(self._last)
+        else:
+            for key, value in lifecycle.group_counts(index, self.group).items():
+                counts[key] += value
+            hdr, cap = index.hdr, int(index.hdr[disk_tier.H_DISK_CAPACITY])
+            self._last = {
+                "capacity_bytes": cap,
+                "cached_bytes": int(hdr[H_CACHED_BYTES]),
+                "used_bytes": int(hdr[H_BUMP]),
+                "items_cached": int(hdr[H_CACHED_ITEMS]),
+                "items": index.layout.n_items,
+                "fill_fraction": round(int(hdr[H_BUMP]) / cap, 6) if cap else 0.0,
+                "full": bool(int(hdr[disk_tier.H_FULL])),
+            }
+            out.update(self._last)
+        total = counts["hits"] + counts["misses"]
+        out.update(
+            hits=counts["hits"],
+            misses=counts["misses"],
+            hit_rate=counts["hits"] / total if total else 0.0,
+            inserted=counts["inserted"],
+            inserted_bytes=counts["inserted_bytes"],
+        )
+        return out
+
+    def check(self) -> None:
+        """Assert both indexes are consistent and no item is READY in both tiers (tests)."""
+        if self.ram is not None:
+            self.ram.check()
+        index = self._attached()
+        if index is None:
+            return
+        index.capacity = int(index.hdr[disk_tier.H_DISK_CAPACITY])  # check() bounds items by it
+        index.check()
+        ram = self.ram._attached() if self.ram is not None else None
+        if ram is not None:
+            both = (ram.state == READY) & (index.state == READY)
+            if both.any():
+                raise AssertionError(f"items {both.nonzero()[0][:10].tolist()} are in both tiers")
+
+    # Lifecycle -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Leave both tiers (owner process only); the disk tier's files stay. Idempotent."""
+        if self.ram is not None:
+            self.ram.close()
+        if self._closed or os.getpid() != self.owner or self._pid != self.owner:
+            return
+        self._disk_stats()  # keep the last figures for stats() after close
+        self._closed = True
+        index, self._index = self._index, None
+        if index is None:
+            return
+        for key, value in lifecycle.group_counts(index, self.group).items():
+            self._local[key] += value
+        disk_tier.release(index, self._fd, group=self.group)

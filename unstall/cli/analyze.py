@@ -1,0 +1,140 @@
+"""``unstall analyze``: where a training job's time goes, what would fix it, and the fix.
+
+``unstall analyze --data DIR_OR_S3_URL --model resnet50 [--rate N]``: the built-in
+workload; ``unstall analyze [OPTIONS] -- python train.py ARGS``: an unchanged script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "analyze",
+        help="measure where training time goes (differential runs), predict fixes, recommend one",
+        description=(
+            "Runs the same steps of the same known order three ways: synthetic (the model "
+            "alone: G), cached (the steps' samples in unstall's cache: prep stall) and cold "
+            "(page cache evicted: fetch stall); reports the rates, stall shares, the "
+            "bottleneck, a what-if table and a recommended configuration."
+        ),
+    )
+    p.add_argument("--data", metavar="DIR_OR_URL", help="images (ImageFolder layout) or s3://...")
+    p.add_argument("--model", default="resnet50", help="built-in workload's model (resnet50...)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        help="simulated model rate in samples/s (default: the "
+        "model's H100 rate without a GPU; the real model on a GPU)",
+    )
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--workers", type=int, help="loader workers (default: cores available)")
+    p.add_argument("--steps", type=int, help="measured steps per run (default 200, --quick 30)")
+    p.add_argument("--warmup", type=int, help="warm-up steps per run (default 10, --quick 3)")
+    p.add_argument("--quick", action="store_true", help="fewer steps: an answer in a minute")
+    p.add_argument(
+        "--what-if",
+        metavar="SPEC",
+        help='one question, e.g. "cache=0.5,workers=8,bandwidth=200MB/s,latency=20ms"',
+    )
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON to FILE")
+    p.add_argument(
+        "--html",
+        metavar="DIR",
+        default="unstall-report",
+        help="HTML report, PNGs, trace.json (default ./unstall-report)",
+    )
+    p.add_argument(
+        "--config-out",
+        metavar="FILE",
+        help="write the recommendation here (default "
+        "DIR/recommendation.json), for `unstall run --config FILE`",
+    )
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...] (script mode)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    console = Console(width=None if sys.stdout.isatty() else 100)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if bool(command) == bool(args.data):
+        console.print(
+            "unstall analyze: give --data DIR_OR_URL (built-in workload) or a command after "
+            "--, e.g. unstall analyze -- python train.py"
+        )
+        return 2
+    try:
+        if command:
+            from unstall.analysis.script import analyze_script
+
+            report = analyze_script(
+                command,
+                steps=args.steps,
+                warmup=args.warmup,
+                quick=args.quick,
+                what_if=args.what_if,
+                html_dir=args.html,
+                console=console,
+            )
+        else:
+            report = _builtin(args, console)
+    except (ValueError, FileNotFoundError) as exc:
+        console.print(f"unstall analyze: {exc}")
+        return 2
+    from unstall.analysis.report import print_summary
+
+    print_summary(report, console)
+    config_path = args.config_out or os.path.join(args.html, "recommendation.json")
+    with open(config_path, "w") as f:
+        json.dump(
+            {"kwargs": report["recommendation"]["kwargs"], "predicted": report["recommendation"]},
+            f,
+            indent=2,
+        )
+    console.print(f"report: {report['html']}  timeline: {report['trace']}  config: {config_path}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+def _builtin(args: argparse.Namespace, console) -> dict:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from unstall.analysis import analyze
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=5)
+
+        def progress(msg: str) -> None:
+            bar.update(task, description=msg, advance=1)
+
+        return analyze(
+            args.data,
+            model=args.model,
+            rate=args.rate,
+            batch_size=args.batch_size,
+            num_workers=args.workers,
+            warmup=args.warmup,
+            steps=args.steps,
+            quick=args.quick,
+            what_if=args.what_if,
+            html_dir=args.html,
+            progress=progress,
+        )

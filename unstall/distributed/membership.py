@@ -1,0 +1,128 @@
+"""Who is in the job, from torchrun's environment and torch.distributed's key-value store.
+
+Each node's local rank 0 publishes its peer server's ``host:port``; the job token
+is made once by rank 0 (or read from ``$UNSTALL_PEER_TOKEN``) and shared the same
+way. The store is the process group's when one is initialized, else a `TCPStore`
+on ``MASTER_ADDR`` at ``$UNSTALL_PEER_STORE_PORT`` (default ``MASTER_PORT + 1``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+#: Keys of this module in the job's store live under this prefix.
+PREFIX = "unstall/peers/"
+
+
+@dataclass(frozen=True)
+class NodeEnv:
+    """This process's place in the job, as torchrun describes it."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+
+    @property
+    def node(self) -> int:
+        return self.rank // self.local_world_size
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.world_size // self.local_world_size)
+
+
+def node_env(environ: Any = None) -> NodeEnv:
+    """Read torchrun's variables; a clear error names the one missing or wrong."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, default in (
+        ("RANK", None),
+        ("WORLD_SIZE", None),
+        ("LOCAL_RANK", "0"),
+        ("LOCAL_WORLD_SIZE", "1"),
+        ("MASTER_ADDR", None),
+        ("MASTER_PORT", None),
+    ):
+        raw = env.get(name, default)
+        if raw is None:
+            raise RuntimeError(
+                f"unstall.Peers needs torchrun's environment: ${name} is not set "
+                "(start the job with torchrun, or set RANK, WORLD_SIZE, LOCAL_RANK, "
+                "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT)"
+            )
+        values[name] = raw
+    try:
+        ints = {k: int(v) for k, v in values.items() if k != "MASTER_ADDR"}
+    except ValueError as exc:
+        raise RuntimeError(f"torchrun variable is not an integer: {exc}") from None
+    out = NodeEnv(
+        rank=ints["RANK"],
+        world_size=ints["WORLD_SIZE"],
+        local_rank=ints["LOCAL_RANK"],
+        local_world_size=ints["LOCAL_WORLD_SIZE"],
+        master_addr=values["MASTER_ADDR"],
+        master_port=ints["MASTER_PORT"],
+    )
+    if out.world_size % out.local_world_size:
+        raise RuntimeError(
+            f"WORLD_SIZE={out.world_size} is not a multiple of LOCAL_WORLD_SIZE="
+            f"{out.local_world_size}: nodes must run the same number of ranks"
+        )
+    return out
+
+
+def reach_address(master_addr: str, environ: Any = None) -> str:
+    """``$UNSTALL_PEER_ADDR``, else the local address this node uses to reach MASTER_ADDR."""
+    env = os.environ if environ is None else environ
+    if env.get("UNSTALL_PEER_ADDR"):
+        return env["UNSTALL_PEER_ADDR"]
+    family = socket.AF_INET6 if ":" in master_addr else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:  # no packet is sent: routing only
+        s.connect((master_addr, 9))
+        return s.getsockname()[0]
+
+
+def job_store(env: NodeEnv, timeout_s: float) -> Any:
+    """The job's key-value store (the process group's, else a TCPStore on MASTER_ADDR)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        base = dist.distributed_c10d._get_default_store()
+    else:
+        port = int(os.environ.get("UNSTALL_PEER_STORE_PORT", env.master_port + 1))
+        base = dist.TCPStore(
+            env.master_addr,
+            port,
+            world_size=env.world_size,
+            is_master=env.rank == 0,
+            timeout=timedelta(seconds=timeout_s),
+            wait_for_workers=False,
+        )
+    return dist.PrefixStore(PREFIX, base)  # holds a reference to a TCPStore we made
+
+
+def job_token(store: Any, env: NodeEnv) -> str:
+    """``$UNSTALL_PEER_TOKEN``, else a random token made by rank 0 and shared via the store."""
+    token = os.environ.get("UNSTALL_PEER_TOKEN")
+    if token:
+        return token
+    if env.rank == 0:
+        store.set("token", secrets.token_urlsafe(32))
+    return store.get("token").decode()
+
+
+def publish(store: Any, node: int, address: str) -> None:
+    store.set(f"node/{node}", address)
+
+
+def addresses(store: Any, nodes: int) -> dict[int, str]:
+    """Every node's ``host:port`` (waits, up to the store's timeout, for the late ones)."""
+    return {k: store.get(f"node/{k}").decode() for k in range(nodes)}
