@@ -4,7 +4,7 @@ from unstall.data import FileDataset, ImageFolder
 from unstall.errors import SampleError, StoreError
 from unstall.loader import DataLoader
 from unstall.loader.swap import patch_torch
-from unstall.stores import LocalStore, Store, open_store
+from unstall.stores import Store, open_store
 
 __version__ = "0.1.0"
 
@@ -35,7 +35,6 @@ __all__ = [
     "FileDataset",
     "ImageFolder",
     "ImagePipeline",
-    "LocalStore",
     "Peers",
     "SampleError",
     "Store",
