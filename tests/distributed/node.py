@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 
@@ -47,7 +48,7 @@ def main() -> None:
     store = LoggedStore(cfg["data"], log)
     keys = sorted(store.list())
     ds = unstall.FileDataset(store, keys)
-    cache = unstall.Cache(cfg["capacity"], peers=unstall.Peers(timeout_s=1.0, skip_s=60.0))
+    cache = unstall.Cache(cfg["capacity"], peers=unstall.Peers(timeout_s=1.0))
     loader = unstall.DataLoader(
         ds,
         batch_size=4,
@@ -58,14 +59,18 @@ def main() -> None:
         world_size=world,
         cache=cache,
     )
-    epochs, stats = [], []
+    epochs, stats, per_epoch, total = [], [], [], 0
     for epoch in range(cfg["epochs"]):
         loader.set_epoch(epoch)
+        if [rank, epoch] == cfg.get("freeze"):  # frozen (server too) until the test's SIGCONT
+            open(os.path.join(out_dir, f"frozen-{rank}"), "w").close()
+            os.kill(os.getpid(), signal.SIGSTOP)
         seen = []
         for batch in loader:
             seen += [hashlib.sha256(raw).hexdigest() for raw in batch]
+            total += len(batch)
             with open(os.path.join(out_dir, f"progress-{rank}"), "w") as f:
-                f.write(str(len(seen)))
+                f.write(str(total))  # samples so far, all epochs
             time.sleep(cfg["sleep"])
         epochs.append(seen)
         if cfg["pg"]:
@@ -74,8 +79,14 @@ def main() -> None:
                 f.write(f"#end {epoch}\n")
             dist.barrier()
         stats.append(loader.stats().get("peers", {}))  # cumulative
+        per_epoch.append(loader.stats()["per_epoch"][-1].get("peers", {}))
     server = unstall.distributed._SERVER
-    result = {"epochs": epochs, "stats": stats, "server": f"{server.host}:{server.port}"}
+    result = {
+        "epochs": epochs,
+        "stats": stats,
+        "per_epoch": per_epoch,
+        "server": f"{server.host}:{server.port}",
+    }
     path = os.path.join(out_dir, f"out-{rank}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(result, f)

@@ -40,7 +40,44 @@ def test_each_item_read_once_and_shards_match_single_node(cluster, tmp_path):
 
         assert delta("storage_reads") == 0 and delta("peer_errors") == 0
         assert N // 2 < delta("peer_hits") < N  # ~3/4 of the data lives on another node
+        # per_epoch in loader.stats() holds the same per-epoch figures
+        for name in ("storage_reads", "storage_bytes", "peer_hits", "peer_bytes", "peer_errors"):
+            assert sum(r["per_epoch"][e][name] for r in results) == delta(name), name
     assert sum(r["stats"][0]["storage_reads"] for r in results) < N  # the rest: servers read
+    assert [r["per_epoch"][0] | {"node": 0} for r in results] == [
+        r["stats"][0] | {"node": 0} for r in results
+    ]
+
+
+def test_a_frozen_node_rejoins_at_the_next_epoch(cluster, tmp_path):
+    """Node 3 freezes (SIGSTOP, its server too) at the start of epoch 1: the others time out
+    once, read its items from storage for the rest of that epoch, and take them from it
+    again in epoch 2, once it is back."""
+    data = make_data(tmp_path / "data", N)
+    c = cluster(data, pg=True, epochs=3, sleep=0.0, capacity="1MiB", freeze=[3, 1])
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "out" / "frozen-3").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    per_rank = N // WORLD
+    while min(c.progress(r) for r in range(3)) < 2 * per_rank and time.monotonic() < deadline:
+        time.sleep(0.02)  # the others finish epoch 1 without node 3, then wait at its barrier
+    assert min(c.progress(r) for r in range(3)) == 2 * per_rank, c.failed()
+    c.signal(3, signal.SIGCONT)
+    results = [c.result(rank, timeout=60) for rank in range(WORLD)]
+    want = reference(data, 3)
+    for rank in range(WORLD):
+        assert results[rank]["epochs"] == want[rank], f"rank {rank} lost or duplicated samples"
+    theirs = {i for i in range(N) if owner_of(f"{i:05d}.bin", WORLD) == 3}
+    during = [results[r]["per_epoch"][1] for r in range(3)]
+    assert all(s["peer_errors"] >= 1 for s in during), during  # each tried node 3 once at least
+    # node 3's items the others needed in epoch 1 came from storage (no cache holds them)
+    assert sum(s["storage_reads"] for s in during) >= 1
+    reads = [line for r in range(3) for line in c.reads(r)]
+    assert {int(k[:5]) for k in reads if not k.startswith("#")} & theirs
+    after = [results[r]["per_epoch"][2] for r in range(WORLD)]
+    assert [s["storage_reads"] for s in after] == [0] * WORLD, after  # node 3 serves again
+    assert [s["peer_errors"] for s in after] == [0] * WORLD, after
+    assert sum(s["peer_hits"] for s in after) > N // 2
 
 
 def test_killed_and_frozen_peers_cost_a_timeout_then_storage(cluster, tmp_path):

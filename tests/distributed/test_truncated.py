@@ -13,7 +13,7 @@ import unstall
 from tests.distributed.conftest import make_data
 from unstall.cache import segment
 from unstall.distributed import owner_of
-from unstall.distributed.server import etag_of
+from unstall.distributed.client import etag_of
 
 N, TOKEN = 32, "tok"
 

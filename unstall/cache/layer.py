@@ -115,6 +115,11 @@ class CacheLayer:
         fetched = iter(raws)
         return [raw if raw is not None else next(fetched) for raw in got]
 
+    def begin_epoch(self) -> None:
+        """The loader starts an epoch (main process): peers that failed rejoin now."""
+        if self.peers is not None:
+            self.peers.begin_epoch()
+
     def prefetch(self, dataset: Any, indices: Sequence[int]) -> None:
         """Pass the look-ahead hint on for the samples not cached (those never hit storage)."""
         cache = self._attached()

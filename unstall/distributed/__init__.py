@@ -26,7 +26,8 @@ class Peers:
 
     Args:
         timeout_s: per-request limit toward a peer [Unit: second]; no retries.
-        skip_s: how long a peer that failed is skipped [Unit: second].
+        skip_s: how long a peer that failed is skipped [Unit: second]; None (the
+            default): until the loader's next epoch, where it rejoins.
         store_timeout_s: how long to wait for every node to publish its address.
         node, addresses, token: explicit membership instead of torch.distributed
             (``addresses``: node id -> ``host:port``); no server is started then
@@ -37,14 +38,14 @@ class Peers:
         self,
         *,
         timeout_s: float = 2.0,
-        skip_s: float = 10.0,
+        skip_s: float | None = None,
         store_timeout_s: float = 300.0,
         node: int | None = None,
         addresses: dict[int, str] | None = None,
         token: str | None = None,
         serve: bool = False,
     ):
-        if not timeout_s > 0 or skip_s < 0:
+        if not timeout_s > 0 or (skip_s is not None and skip_s < 0):
             raise ValueError(f"timeout_s={timeout_s!r} must be > 0 and skip_s={skip_s!r} >= 0")
         if addresses is not None and (node is None or not token or node not in addresses):
             raise ValueError("explicit addresses need node (one of their keys) and token")
@@ -102,23 +103,30 @@ class BoundPeers:
         addresses: dict[int, str],
         token: str,
         timeout_s: float,
-        skip_s: float,
+        skip_s: float | None,
     ):
         self.fingerprint, self.placement, self.addresses = fingerprint, placement, addresses
         self._token, self.timeout_s, self.skip_s = token, timeout_s, skip_s
         self.counters = SharedCounters()
         self._client: PeerClient | None = None
-        self._pid = -1
+        self._peer_client()  # here, before workers fork: they inherit its stores (see client)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_client=None, _pid=-1)
+        state.update(_client=None)  # a spawned worker builds its own
         return state
 
     def _peer_client(self) -> PeerClient:
-        if self._client is None or self._pid != os.getpid():
-            self._client = PeerClient(self.addresses, self._token, self.timeout_s, self.skip_s)
-            self._pid = os.getpid()
+        if self._client is None:
+            self._client = PeerClient(
+                self.addresses,
+                self._token,
+                self.timeout_s,
+                self.skip_s,
+                fingerprint=self.fingerprint,
+                node=self.placement.node,
+                generation=self.counters.generation,
+            )
         return self._client
 
     def ours(self, dataset: Any, index: int) -> bool:
@@ -131,7 +139,7 @@ class BoundPeers:
         node = self.placement.node
         owners = [self.placement.owner(dataset, i) for i in indices]
         remote = [(o, i) for o, i in zip(owners, indices, strict=True) if o != node]
-        got = self._peer_client().get_many(self.fingerprint, remote) if remote else []
+        got = self._peer_client().get_many(remote) if remote else []
         raws: list[bytes | None] = [None] * len(indices)
         served = iter(got)
         for j, o in enumerate(owners):
@@ -157,6 +165,10 @@ class BoundPeers:
         )
         return raws, [o == node for o in owners]  # type: ignore[return-value]
 
+    def begin_epoch(self) -> None:
+        """A new epoch of the loader (main process): failed peers are tried again."""
+        self.counters.next_generation()
+
     def stats(self) -> dict[str, Any]:
         """Cumulative peer traffic of this loader's processes, plus this node's place."""
         out: dict[str, Any] = {"node": self.placement.node, "nodes": self.placement.nodes}
@@ -164,6 +176,8 @@ class BoundPeers:
         return out
 
     def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
         self.counters.close()
 
 

@@ -5,8 +5,8 @@ dataset its process has bound, by fingerprint: ``GET /v1/<fingerprint>/<index>``
 Every request must carry ``Authorization: Bearer <job token>`` (compared in
 constant time); anything else gets 401 and an empty body. An item the node owns
 but has not cached yet is fetched from storage, cached, then served, so each
-item is read from storage once for the whole cluster. The ``ETag`` is
-``"<size>-<crc32>"``: the client checks the body against it.
+item is read from storage once for the whole cluster. The ``ETag`` is the
+item's size: the client checks the body's length against it.
 """
 
 from __future__ import annotations
@@ -16,16 +16,13 @@ import concurrent.futures
 import hmac
 import pickle
 import threading
-import zlib
 from typing import Any
+
+from unstall.distributed.client import etag_of
 
 #: Threads that read the cache (and storage, on an owner's miss) for requests.
 READ_THREADS = 8
 _LAST_MODIFIED = "Thu, 01 Jan 2026 00:00:00 GMT"
-
-
-def etag_of(raw: bytes | memoryview) -> str:
-    return f'"{len(raw)}-{zlib.crc32(raw):08x}"'
 
 
 class PeerServer:

@@ -224,6 +224,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         stats = self._stats
         if self._handoff is not None:
             self._handoff.begin_epoch()
+        begin = getattr(self._fetch_layer, "begin_epoch", None)
+        if begin is not None:  # e.g. a cache partitioned across nodes: failed peers rejoin
+            begin()
         if self._worker_seeds is not None:
             base = worker_base_seed(seed=self.seed, epoch=epoch, rank=self.rank)
             self._worker_seeds.manual_seed(base)

@@ -170,7 +170,17 @@ def _delta(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
 
 
 #: Keys of cumulative counters: per-epoch figures are their differences.
-_COUNTER_SUFFIXES = ("samples", "_s", "hits", "misses", "requests", "retries", "errors", "bytes")
+_COUNTER_SUFFIXES = (
+    "samples",
+    "_s",
+    "hits",
+    "misses",
+    "requests",
+    "retries",
+    "errors",
+    "bytes",
+    "_reads",
+)
 #: Settings and levels that end like counters but are not cumulative.
 _NOT_COUNTER_PREFIXES = ("capacity", "max_", "limit")
 

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from unstall.errors import AccessDeniedError, MissingKeyError, StoreError
+from unstall.stores import obstore_runtime
 from unstall.stores.s3_config import S3Settings
 from unstall.stores.s3_errors import classify, range_refused, short
 from unstall.stores.s3_stats import SharedStats
@@ -36,7 +37,6 @@ MIN_INFLIGHT, MAX_INFLIGHT = 16, 256
 AHEAD_KEEP = 2
 _COUNTS = ("requests", "retries", "errors", "bytes", "prefetched")
 PROBES = 3
-_RUNTIME_PID: int | None = None  # the process whose obstore runtime this memory holds
 #: The end of a byte range that covers any object: a ranged GET of [0, WHOLE) is the whole object.
 WHOLE = 1 << 62
 
@@ -45,11 +45,11 @@ class Fetcher:
     """The in-process client of one store in one process; built lazily, never shared."""
 
     def __init__(self, settings: S3Settings, stats: SharedStats):
-        global _RUNTIME_PID
         pid = os.getpid()
-        if _RUNTIME_PID is not None and pid != _RUNTIME_PID:
+        parent = obstore_runtime.inherited()
+        if parent is not None:
             raise StoreError(
-                f"obstore was used in process {_RUNTIME_PID}, the parent of this forked "
+                f"obstore was used in process {parent}, the parent of this forked "
                 f"process {pid}, and its runtime does not survive fork(); create S3Store "
                 "with in_process=False (the default) in the parent, or use "
                 "multiprocessing_context='spawn'",
@@ -57,7 +57,7 @@ class Fetcher:
             )
         from obstore.store import S3Store as ObStore
 
-        _RUNTIME_PID = pid
+        obstore_runtime.claim()
         self.settings = settings
         self.stats = stats
         self.pid = pid

@@ -9,12 +9,7 @@ sleeps until its transfer would be done, plus ``latency_s``.
 
 from __future__ import annotations
 
-import contextlib
-import mmap
-import os
-import random
 import time
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,44 +38,20 @@ class ThrottledStore(Store):
             raise ValueError(f"bytes_per_s={bytes_per_s!r} must be > 0 (e.g. 50e6 for 50 MB/s)")
         if latency_s < 0:
             raise ValueError(f"latency_s={latency_s!r} must be >= 0")
-        from unstall.cache.segment import segment_name, segment_path
+        from unstall.cache.words import SharedWords
 
         self.inner = inner
         self.bytes_per_s = float(bytes_per_s)
         self.latency_s = float(latency_s)
-        tag = f"{os.getpid()}-{random.getrandbits(40):x}"
-        self._path = segment_path(segment_name("", "throttle", name=tag))
-        self._owner = os.getpid()
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        os.posix_fallocate(fd, 0, 4096)
-        os.close(fd)
-        weakref.finalize(self, _unlink_if_owner, self._path, self._owner)
-        self._state: tuple[int, np.ndarray] | None = None
-        self._pid = -1
+        self._words = SharedWords("throttle", 8, np.float64)
 
     @property
     def url(self) -> str:
         return self.inner.url
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_state=None, _pid=-1)
-        return state
-
-    def _shared(self) -> tuple[int, np.ndarray]:
-        if self._pid != os.getpid() or self._state is None:  # own fd per process: own flock
-            fd = os.open(self._path, os.O_RDWR)
-            mm = mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            self._state, self._pid = (fd, np.ndarray((8,), np.float64, mm, 0)), os.getpid()
-        return self._state
-
     def _transfer(self, nbytes: int, requests: int) -> None:
         """Queue ``nbytes`` on the shared link and sleep until they would have arrived."""
-        import fcntl
-
-        fd, words = self._shared()
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
+        with self._words.locked() as words:
             now = time.monotonic()
             done = max(now, float(words[_NEXT])) + nbytes / self.bytes_per_s
             words[_NEXT] = done
@@ -88,8 +59,6 @@ class ThrottledStore(Store):
             words[_BYTES] += nbytes
             pause = done + self.latency_s - now
             words[_WAIT] += pause
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
         if pause > 0:
             time.sleep(pause)
 
@@ -118,7 +87,7 @@ class ThrottledStore(Store):
 
     def stats(self) -> dict[str, Any]:
         """Cumulative reads through the link, all processes: ``{"storage": {...}}``."""
-        _fd, words = self._shared()
+        words = self._words.view()
         return {
             "storage": {
                 "requests": int(words[_REQUESTS]),
@@ -130,12 +99,5 @@ class ThrottledStore(Store):
 
     def close(self) -> None:
         """Remove the shared clock (owner only); safe to call twice."""
-        if os.getpid() == self._owner:
-            _unlink_if_owner(self._path, self._owner)
+        self._words.close()
         self.inner.close()
-
-
-def _unlink_if_owner(path: str, owner: int) -> None:
-    if os.getpid() == owner:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
