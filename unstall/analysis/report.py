@@ -89,6 +89,20 @@ def _model_check(a: Analysis, base: Config) -> dict[str, Any]:
     }
 
 
+def progress_bar(console: Any = None) -> Any:
+    """The bar `unstall analyze` shows over its runs (both modes): step, done/total, time."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+
+
 def print_summary(report: dict[str, Any], console: Any = None) -> None:
     """Rich tables: the three rates, stall shares, the bottleneck sentence, the recommendation."""
     from rich.console import Console

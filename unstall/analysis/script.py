@@ -45,9 +45,8 @@ def analyze_script(
     console: Any = None,
 ) -> dict[str, Any]:
     """Run ``command`` three times (synthetic, cold, cached) and return the report dict."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from unstall.analysis import QUICK_STEPS, STEPS, report_of
+    from unstall.analysis.report import progress_bar
     from unstall.launch.command import run_env
 
     w0, s0 = QUICK_STEPS if quick else STEPS
@@ -59,14 +58,7 @@ def analyze_script(
     docs: dict[str, dict[str, Any]] = {}
     per_rank: dict[str, list[dict[str, Any]]] = {}
     try:
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/3"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as bar:
+        with progress_bar(console) as bar:
             task = bar.add_task("runs", total=3)
             for mode in ("synthetic", "cold", "cached"):
                 bar.update(task, description=f"{mode} run: {' '.join(command)}")

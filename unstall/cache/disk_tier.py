@@ -10,8 +10,9 @@ Files, in ``$UNSTALL_CACHE_DIR/tiers`` (default ``~/.cache/unstall/tiers``)::
 Why an index *file* mapped from the cache directory rather than one in ``/dev/shm``:
 the disk tier must outlive the jobs (epoch 2 of the next job is its point), and a
 mapped file gives every process of the node the same page-cache pages, so the
-RAM tier's publication protocol carries over unchanged (claim under ``flock``,
-write without it, publish READY under ``flock``; readers check READY first). A
+RAM tier's publication protocol carries over unchanged, as the same code
+(`ShmCache.claim` under ``flock``, ``pwrite`` without it, `ShmCache.publish` READY
+under ``flock``; readers check READY first). A
 second filler sees CLAIMED or READY and does not store the item again. The data
 file's name carries the index's inode and creation time, so a replaced index can
 never point into an older data file.
@@ -200,20 +201,7 @@ def put_many(index: ShmCache, fd: int, items: list[tuple[int, bytes]]) -> tuple[
     hdr = index.hdr
     if int(hdr[H_FULL]):
         return 0, 0, False
-    cap = int(hdr[H_DISK_CAPACITY])
-    fits = [(i, raw) for i, raw in items if int(hdr[H_BUMP]) + len(raw) <= cap]
-    if not fits:
-        return 0, 0, False
-    claims = []
-    with index.locked():
-        for i, raw in fits:
-            bump = int(hdr[H_BUMP])
-            if index.state[i] != EMPTY or bump + len(raw) > cap:
-                continue
-            index.offset[i], index.length[i] = bump, len(raw)
-            hdr[H_BUMP] = bump + len(raw)
-            index.state[i] = CLAIMED
-            claims.append((i, bump, raw))
+    claims = index.claim(items, int(hdr[H_DISK_CAPACITY]))
     if not claims:
         return 0, 0, False
     written: set[int] = set()
@@ -227,21 +215,11 @@ def put_many(index: ShmCache, fd: int, items: list[tuple[int, bytes]]) -> tuple[
             failure = exc
             break
         written.add(claim[0])
-    published = size = 0
-    first_full = False
-    with index.locked():
-        for i, start, raw in claims:
-            mine = index.state[i] == CLAIMED and int(index.offset[i]) == start
-            if mine and i in written:
-                index.state[i] = READY
-                published, size = published + 1, size + len(raw)
-            elif mine:
-                index.state[i] = EMPTY  # never stored: fetched from storage again
-        hdr[H_CACHED_ITEMS] += published
-        hdr[H_CACHED_BYTES] += size
-        if failure is not None and not int(hdr[H_FULL]):
+    with index.locked():  # publish and mark the tier full in one hold
+        published, size = index.publish(claims, written)
+        first_full = failure is not None and not int(hdr[H_FULL])
+        if first_full:
             hdr[H_FULL] = 1
-            first_full = True
     return published, size, first_full
 
 

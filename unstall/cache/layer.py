@@ -22,12 +22,26 @@ from unstall.cache.shm_cache import (
     H_RECLAIMS,
     H_TOO_LARGE,
     READY,
-    S_BYTES,
-    S_HITS,
-    S_INSERTED,
-    S_MISSES,
     ShmCache,
 )
+
+
+def fetch_from_storage(dataset: Any, indices: list[int]) -> list[bytes]:
+    """``dataset.fetch(indices)`` as bytes; a ValueError naming the dataset if the count is off."""
+    raws = [bytes(raw) for raw in dataset.fetch(indices)]
+    if len(raws) != len(indices):
+        raise ValueError(
+            f"{type(dataset).__name__}.fetch returned {len(raws)} items for {len(indices)} indices"
+        )
+    return raws
+
+
+def not_cached(cache: ShmCache | None, indices: list[int]) -> list[int]:
+    """``indices`` less those READY in ``cache`` (all of them when there is no cache)."""
+    if cache is None or not indices:
+        return indices
+    cached = cache.state[indices] == READY
+    return [i for i, hit in zip(indices, cached.tolist(), strict=True) if not hit]
 
 
 class CacheLayer:
@@ -56,7 +70,7 @@ class CacheLayer:
         self._slot = -1
         self._pid = -1
         self._closed = False
-        self._local = {"hits": 0, "misses": 0, "inserted": 0, "inserted_bytes": 0}
+        self._local = dict.fromkeys(lifecycle.COUNTERS, 0)
         self._last: dict[str, Any] = {}
         #: Optional hook for misses (unstall.distributed's BoundPeers, set by `Cache.bind`):
         #: ``fetch_missing(dataset, indices) -> (raws, ours)`` and ``ours(dataset, index)``.
@@ -101,12 +115,7 @@ class CacheLayer:
         if self.peers is not None:
             raws, ours = self.peers.fetch_missing(dataset, [indices[k] for k in missing])
         else:
-            raws = [bytes(raw) for raw in dataset.fetch([indices[k] for k in missing])]
-        if len(raws) != len(missing):
-            raise ValueError(
-                f"{type(dataset).__name__}.fetch returned {len(raws)} items for "
-                f"{len(missing)} indices"
-            )
+            raws = fetch_from_storage(dataset, [indices[k] for k in missing])
         items = [(indices[k], raw) for k, raw in zip(missing, raws, strict=True)]
         if ours is not None:
             items = [item for item, mine in zip(items, ours, strict=True) if mine]
@@ -122,30 +131,14 @@ class CacheLayer:
 
     def prefetch(self, dataset: Any, indices: Sequence[int]) -> None:
         """Pass the look-ahead hint on for the samples not cached (those never hit storage)."""
-        cache = self._attached()
-        indices = list(indices)
-        if cache is not None:
-            cached = cache.state[indices] == READY
-            indices = [i for i, hit in zip(indices, cached.tolist(), strict=True) if not hit]
+        indices = not_cached(self._attached(), list(indices))
         if self.peers is not None:  # peers' items come from them, not from storage
             indices = [i for i in indices if self.peers.ours(dataset, i)]
         if indices:
             dataset.prefetch(indices)
 
     def _count(self, hits: int, misses: int, inserted: int, size: int) -> None:
-        if self._cache is not None and self._slot >= 0:
-            row = self._cache.slots[self._slot]  # this process is its slot's only writer
-            with self._cache.thread_lock:
-                row[S_HITS] += hits
-                row[S_MISSES] += misses
-                row[S_INSERTED] += inserted
-                row[S_BYTES] += size
-        else:
-            local = self._local
-            local["hits"] += hits
-            local["misses"] += misses
-            local["inserted"] += inserted
-            local["inserted_bytes"] += size
+        lifecycle.add_counts(self._cache, self._slot, self._local, hits, misses, inserted, size)
 
     # Stats ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -164,9 +157,7 @@ class CacheLayer:
             counts = dict(self._local)
             out.update(self._last)
         else:
-            counts = lifecycle.group_counts(cache, self.group)
-            for key, value in self._local.items():
-                counts[key] += value
+            counts = lifecycle.group_counts(cache, self.group, plus=self._local)
             hdr = cache.hdr
             used = cache.used_bytes()
             self._last = {
@@ -180,14 +171,7 @@ class CacheLayer:
                 "reclaims": int(hdr[H_RECLAIMS]),
             }
             out.update(self._last)
-        total = counts["hits"] + counts["misses"]
-        out.update(
-            hits=counts["hits"],
-            misses=counts["misses"],
-            hit_rate=counts["hits"] / total if total else 0.0,
-            inserted=counts["inserted"],
-            inserted_bytes=counts["inserted_bytes"],
-        )
+        out.update(lifecycle.hit_figures(counts))
         if self.peers is not None:
             return {"cache": out, "peers": self.peers.stats()}
         return {"cache": out}
@@ -208,7 +192,5 @@ class CacheLayer:
         cache, self._cache = self._cache, None
         if cache is None:
             return False
-        final = lifecycle.group_counts(cache, self.group)
-        for key, value in final.items():
-            self._local[key] += value
+        self._local = lifecycle.group_counts(cache, self.group, plus=self._local)
         return lifecycle.release(cache, group=self.group)

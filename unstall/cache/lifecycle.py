@@ -184,15 +184,55 @@ def _reset_after_crash(cache: ShmCache) -> None:
     cache.hdr[H_RECLAIMS] += 1
 
 
-def group_counts(cache: ShmCache, group: int) -> dict[str, int]:
-    """Hits, misses and inserts summed over the slots of one bind (owner and its workers)."""
+#: A bind's counters, in slot-column order (`S_HITS`, `S_MISSES`, `S_INSERTED`, `S_BYTES`).
+COUNTERS = ("hits", "misses", "inserted", "inserted_bytes")
+_COLUMNS = (S_HITS, S_MISSES, S_INSERTED, S_BYTES)
+
+
+def group_counts(cache: ShmCache, group: int, plus: dict[str, int] | None = None) -> dict[str, int]:
+    """Hits, misses and inserts summed over the slots of one bind (owner and its workers).
+
+    ``plus``: counts kept outside the segment (a process with no slot), added in.
+    """
     s = cache.slots
     rows = s[s[:, S_GROUP] == group]
+    counts = {key: int(rows[:, col].sum()) for key, col in zip(COUNTERS, _COLUMNS, strict=True)}
+    for key, value in (plus or {}).items():
+        counts[key] += value
+    return counts
+
+
+def add_counts(
+    cache: ShmCache | None,
+    slot: int,
+    local: dict[str, int],
+    hits: int,
+    misses: int,
+    inserted: int,
+    size: int,
+) -> None:
+    """Add one fetch's counts to this process's slot of ``cache``, or to ``local`` where it has
+    none (no segment mapped, or no free slot)."""
+    counts = (hits, misses, inserted, size)
+    if cache is not None and slot >= 0:
+        row = cache.slots[slot]  # this process is its slot's only writer
+        with cache.thread_lock:
+            for col, value in zip(_COLUMNS, counts, strict=True):
+                row[col] += value
+    else:
+        for key, value in zip(COUNTERS, counts, strict=True):
+            local[key] += value
+
+
+def hit_figures(counts: dict[str, int]) -> dict[str, Any]:
+    """The figures a layer's ``stats()`` reports from summed counts, with the hit rate."""
+    total = counts["hits"] + counts["misses"]
     return {
-        "hits": int(rows[:, S_HITS].sum()),
-        "misses": int(rows[:, S_MISSES].sum()),
-        "inserted": int(rows[:, S_INSERTED].sum()),
-        "inserted_bytes": int(rows[:, S_BYTES].sum()),
+        "hits": counts["hits"],
+        "misses": counts["misses"],
+        "hit_rate": counts["hits"] / total if total else 0.0,
+        "inserted": counts["inserted"],
+        "inserted_bytes": counts["inserted_bytes"],
     }
 
 

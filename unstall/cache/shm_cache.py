@@ -9,9 +9,10 @@ One file, mapped by every process that uses it::
     pages    (LRU) next_page int32[P]
     data     capacity bytes
 
-An item is published in three steps: under the lock, claim it (state EMPTY ->
-CLAIMED, bump the allocator, record offset and length); without the lock, copy its
-bytes into the data area; under the lock again, set state READY. Readers of the
+An item is published in three steps: under the lock, claim it (`ShmCache.claim`:
+state EMPTY -> CLAIMED, bump the allocator, record offset and length); without the
+lock, copy its bytes into the data area; under the lock again, set state READY
+(`ShmCache.publish`; the disk tier's index uses the same two). Readers of the
 no-eviction cache take no lock: they load ``state`` first and use offset, length
 and data only if it reads READY. That is safe where stores become visible in
 program order and loads are not reordered with older loads (x86-64 TSO); the
@@ -206,36 +207,55 @@ class ShmCache:
 
     def put_many(self, items: list[tuple[int, bytes]]) -> tuple[int, int]:
         """Store items not yet cached while space lasts; never evicts. Returns (items, bytes)."""
-        hdr, cap = self.hdr, self.capacity
-        fits = [(i, raw) for i, raw in items if int(hdr[H_BUMP]) + len(raw) <= cap]
-        if not fits:  # full (the bump pointer only grows): no lock needed
-            return 0, 0
-        claims = []
-        with self.locked():
-            for i, raw in fits:
-                bump = int(hdr[H_BUMP])
-                if self.state[i] != EMPTY:
-                    continue
-                if bump + len(raw) > cap:  # full for this item; never evict
-                    continue
-                self.offset[i], self.length[i] = bump, len(raw)
-                hdr[H_BUMP] = bump + len(raw)
-                self.state[i] = CLAIMED
-                claims.append((i, bump, raw))
+        claims = self.claim(items, self.capacity)
         if not claims:
             return 0, 0
         base = self.data_off
         for _i, start, raw in claims:
             self.mm[base + start : base + start + len(raw)] = raw
-        published = size = 0
         with self.locked():
-            for i, start, raw in claims:
-                # still our claim? (not if a reclaim reset it after our owner died)
-                if self.state[i] == CLAIMED and int(self.offset[i]) == start:
-                    self.state[i] = READY
-                    published, size = published + 1, size + len(raw)
-            hdr[H_CACHED_ITEMS] += published
-            hdr[H_CACHED_BYTES] += size
+            return self.publish(claims)
+
+    # The claim and publish steps (module notes), shared with the disk tier's index ---
+    def claim(self, items: list[tuple[int, bytes]], capacity: int) -> list[tuple[int, int, bytes]]:
+        """Step 1, under the lock: room below ``capacity`` for each EMPTY item that fits.
+
+        Returns ``(index, offset, raw)`` per claim; none once full (the bump pointer only
+        grows, and nothing is evicted).
+        """
+        hdr = self.hdr
+        fits = [(i, raw) for i, raw in items if int(hdr[H_BUMP]) + len(raw) <= capacity]
+        if not fits:  # full: no lock needed
+            return []
+        claims = []
+        with self.locked():
+            for i, raw in fits:
+                bump = int(hdr[H_BUMP])
+                if self.state[i] != EMPTY or bump + len(raw) > capacity:
+                    continue  # another filler has it, or full for this item
+                self.offset[i], self.length[i] = bump, len(raw)
+                hdr[H_BUMP] = bump + len(raw)
+                self.state[i] = CLAIMED
+                claims.append((i, bump, raw))
+        return claims
+
+    def publish(
+        self, claims: list[tuple[int, int, bytes]], written: set[int] | None = None
+    ) -> tuple[int, int]:
+        """Step 3, the caller holding `locked`: each claim still ours goes READY, or back to
+        EMPTY if its bytes were not ``written`` (None: all were). Returns (items, bytes)."""
+        published = size = 0
+        for i, start, raw in claims:
+            # still our claim? (not if a reclaim reset it after our owner died)
+            if self.state[i] != CLAIMED or int(self.offset[i]) != start:
+                continue
+            if written is None or i in written:
+                self.state[i] = READY
+                published, size = published + 1, size + len(raw)
+            else:
+                self.state[i] = EMPTY  # never stored: fetched from storage again
+        self.hdr[H_CACHED_ITEMS] += published
+        self.hdr[H_CACHED_BYTES] += size
         return published, size
 
     def check(self) -> None:

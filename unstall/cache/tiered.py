@@ -16,17 +16,13 @@ from typing import Any
 
 from unstall.cache import disk_tier, lifecycle
 from unstall.cache.capacity import format_bytes
-from unstall.cache.layer import CacheLayer
+from unstall.cache.layer import CacheLayer, fetch_from_storage, not_cached
 from unstall.cache.shm_cache import (
     EMPTY,
     H_BUMP,
     H_CACHED_BYTES,
     H_CACHED_ITEMS,
     READY,
-    S_BYTES,
-    S_HITS,
-    S_INSERTED,
-    S_MISSES,
     ShmCache,
 )
 
@@ -58,7 +54,7 @@ class TieredLayer:
         self._slot = -1
         self._pid = -1
         self._closed = False
-        self._local = {"hits": 0, "misses": 0, "inserted": 0, "inserted_bytes": 0}
+        self._local = dict.fromkeys(lifecycle.COUNTERS, 0)
         self._last: dict[str, Any] = {}
 
     def _adopt(self, index: ShmCache, slot: int, fd: int) -> None:
@@ -99,12 +95,7 @@ class TieredLayer:
         disk_hits = len(need) - len(missing)
         stored = (0, 0, 0, 0)
         if missing:
-            raws = [bytes(raw) for raw in dataset.fetch([indices[k] for k in missing])]
-            if len(raws) != len(missing):
-                raise ValueError(
-                    f"{type(dataset).__name__}.fetch returned {len(raws)} items for "
-                    f"{len(missing)} indices"
-                )
+            raws = fetch_from_storage(dataset, [indices[k] for k in missing])
             for k, raw in zip(missing, raws, strict=True):
                 got[k] = raw
             stored = self._store([(indices[k], raw) for k, raw in zip(missing, raws, strict=True)])
@@ -139,25 +130,13 @@ class TieredLayer:
 
     def prefetch(self, dataset: Any, indices: Sequence[int]) -> None:
         """Pass the look-ahead hint on for samples in neither tier."""
-        indices = list(indices)
-        for cache in (self.ram._attached() if self.ram is not None else None, self._attached()):
-            if cache is not None and indices:
-                cached = cache.state[indices] == READY
-                indices = [i for i, hit in zip(indices, cached.tolist(), strict=True) if not hit]
+        indices = not_cached(self.ram._attached() if self.ram is not None else None, list(indices))
+        indices = not_cached(self._attached(), indices)
         if indices:
             dataset.prefetch(indices)
 
     def _count(self, hits: int, misses: int, inserted: int, size: int) -> None:
-        if self._index is not None and self._slot >= 0:
-            row = self._index.slots[self._slot]
-            with self._index.thread_lock:
-                row[S_HITS] += hits
-                row[S_MISSES] += misses
-                row[S_INSERTED] += inserted
-                row[S_BYTES] += size
-        else:
-            for key, value in zip(self._local, (hits, misses, inserted, size), strict=True):
-                self._local[key] += value
+        lifecycle.add_counts(self._index, self._slot, self._local, hits, misses, inserted, size)
 
     # Stats ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -196,12 +175,11 @@ class TieredLayer:
         }
         if self.reason:
             out["reason"] = self.reason
-        counts = dict(self._local)
         if index is None:
+            counts = dict(self._local)
             out.update(self._last)
         else:
-            for key, value in lifecycle.group_counts(index, self.group).items():
-                counts[key] += value
+            counts = lifecycle.group_counts(index, self.group, plus=self._local)
             hdr, cap = index.hdr, int(index.hdr[disk_tier.H_DISK_CAPACITY])
             self._last = {
                 "capacity_bytes": cap,
@@ -213,14 +191,7 @@ class TieredLayer:
                 "full": bool(int(hdr[disk_tier.H_FULL])),
             }
             out.update(self._last)
-        total = counts["hits"] + counts["misses"]
-        out.update(
-            hits=counts["hits"],
-            misses=counts["misses"],
-            hit_rate=counts["hits"] / total if total else 0.0,
-            inserted=counts["inserted"],
-            inserted_bytes=counts["inserted_bytes"],
-        )
+        out.update(lifecycle.hit_figures(counts))
         return out
 
     def check(self) -> None:
@@ -250,6 +221,5 @@ class TieredLayer:
         index, self._index = self._index, None
         if index is None:
             return
-        for key, value in lifecycle.group_counts(index, self.group).items():
-            self._local[key] += value
+        self._local = lifecycle.group_counts(index, self.group, plus=self._local)
         disk_tier.release(index, self._fd, group=self.group)

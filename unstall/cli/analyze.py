@@ -11,6 +11,8 @@ import json
 import os
 import sys
 
+from unstall.cli.args import add_command, add_json, command_of
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -41,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="SPEC",
         help='one question, e.g. "cache=0.5,workers=8,bandwidth=200MB/s,latency=20ms"',
     )
-    p.add_argument("--json", metavar="FILE", help="write the report as JSON to FILE")
+    add_json(p, "the report")
     p.add_argument(
         "--html",
         metavar="DIR",
@@ -54,7 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="write the recommendation here (default "
         "DIR/recommendation.json), for `unstall run --config FILE`",
     )
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...] (script mode)")
+    add_command(p, "(script mode)")
     p.set_defaults(run=run)
 
 
@@ -62,30 +64,28 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 100)
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = command_of(args)
     if bool(command) == bool(args.data):
         console.print(
             "unstall analyze: give --data DIR_OR_URL (built-in workload) or a command after "
             "--, e.g. unstall analyze -- python train.py"
         )
         return 2
+    # both modes take the run length and the report's options alike
+    common = {
+        "warmup": args.warmup,
+        "steps": args.steps,
+        "quick": args.quick,
+        "what_if": args.what_if,
+        "html_dir": args.html,
+    }
     try:
         if command:
             from unstall.analysis.script import analyze_script
 
-            report = analyze_script(
-                command,
-                steps=args.steps,
-                warmup=args.warmup,
-                quick=args.quick,
-                what_if=args.what_if,
-                html_dir=args.html,
-                console=console,
-            )
+            report = analyze_script(command, console=console, **common)
         else:
-            report = _builtin(args, console)
+            report = _builtin(args, console, common)
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"unstall analyze: {exc}")
         return 2
@@ -107,19 +107,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _builtin(args: argparse.Namespace, console) -> dict:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+def _builtin(args: argparse.Namespace, console, common: dict) -> dict:
     from unstall.analysis import analyze
+    from unstall.analysis.report import progress_bar
 
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
+    with progress_bar(console) as bar:
         task = bar.add_task("starting", total=5)
 
         def progress(msg: str) -> None:
@@ -131,10 +123,6 @@ def _builtin(args: argparse.Namespace, console) -> dict:
             rate=args.rate,
             batch_size=args.batch_size,
             num_workers=args.workers,
-            warmup=args.warmup,
-            steps=args.steps,
-            quick=args.quick,
-            what_if=args.what_if,
-            html_dir=args.html,
             progress=progress,
+            **common,
         )

@@ -6,6 +6,8 @@ import argparse
 import inspect
 import sys
 
+from unstall.cli.args import add_json
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from unstall.bench import BENCHMARKS
@@ -18,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
     p.add_argument("--quick", action="store_true", help="a smaller run (about a minute)")
-    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
+    add_json(p, "the figures")
     p.add_argument(
         "--model",
         choices=("resnet18", "resnet50", "mobilenet_v2"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from unstall.cli.args import add_command, add_json, command_of
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -18,23 +20,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "and throughput. Signals and the exit status are the program's own."
         ),
     )
-    p.add_argument("--json", metavar="FILE", help="also write the figures to FILE as JSON")
+    add_json(p, "the figures")
     p.add_argument(
         "--config",
         metavar="FILE",
         help="loader settings (a JSON object of DataLoader kwargs, e.g. from `unstall analyze`)"
         " applied to every loader the program makes",
     )
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    add_command(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from unstall.launch.command import exec_command, run_env
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = command_of(args)
     if not command:
         print(
             "unstall run: give the command after --, e.g. unstall run -- python train.py",
