@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from unstall.cache.layer import fetch_from_storage
 from unstall.distributed import membership
 from unstall.distributed.client import PeerClient
 from unstall.distributed.counters import SharedCounters
@@ -147,12 +148,7 @@ class BoundPeers:
                 raws[j] = next(served)
         need = [j for j, raw in enumerate(raws) if raw is None]
         if need:
-            fetched = [bytes(r) for r in dataset.fetch([indices[j] for j in need])]
-            if len(fetched) != len(need):
-                raise ValueError(
-                    f"{type(dataset).__name__}.fetch returned {len(fetched)} items for "
-                    f"{len(need)} indices"
-                )
+            fetched = fetch_from_storage(dataset, [indices[j] for j in need])
             for j, raw in zip(need, fetched, strict=True):
                 raws[j] = raw
         hits = [r for r in got if r is not None]
