@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 
 import unstall
 from unstall.cache import segment
+from unstall.testing.nodes import free_port, node_address, start_node
 
 NODE = str(Path(__file__).with_name("node.py"))
 WORLD = 4
@@ -48,45 +48,20 @@ def reference(root: Path, epochs: int) -> list[list[list[str]]]:
     return out
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 class Cluster:
     """Four node process trees; `wait` collects their results, `close` kills what is left."""
 
     def __init__(self, out: Path, data: Path, token: str = "", **cfg: object):
         self.out = out
         self.namespaces = [f"n{os.getpid()}x{k}x{time.monotonic_ns() % 10**6}" for k in range(4)]
-        port, store_port = _free_port("127.0.0.2"), _free_port("127.0.0.2")
+        port, store_port = free_port(node_address(0)), free_port(node_address(0))
         config = json.dumps(dict(out=str(out), data=str(data), **cfg))
         self.procs = []
         for rank in range(WORLD):
-            env = dict(
-                os.environ,
-                RANK=str(rank),
-                LOCAL_RANK="0",
-                WORLD_SIZE=str(WORLD),
-                LOCAL_WORLD_SIZE="1",
-                GROUP_RANK=str(rank),
-                MASTER_ADDR="127.0.0.2",
-                MASTER_PORT=str(port),
-                UNSTALL_PEER_STORE_PORT=str(store_port),
-                UNSTALL_PEER_ADDR=f"127.0.0.{2 + rank}",
-                UNSTALL_SHM_NAMESPACE=self.namespaces[rank],
-                UNSTALL_PEER_TOKEN=token,  # empty: rank 0 makes one and shares it
-            )
-            self.procs.append(
-                subprocess.Popen(
-                    [sys.executable, NODE, config],
-                    env=env,
-                    start_new_session=True,  # its own process group: a node's whole tree
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
+            env = {"UNSTALL_PEER_STORE_PORT": str(store_port), "UNSTALL_PEER_TOKEN": token}
+            # empty token: rank 0 makes one and shares it
+            argv = [sys.executable, NODE, config]
+            self.procs.append(start_node(argv, rank, WORLD, port, self.namespaces[rank], **env))
 
     def progress(self, rank: int) -> int:
         try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from typing import Any
 
 from unstall.bench.harness import BenchResult, Measurement, row
 from unstall.stores.local import LocalStore
+from unstall.testing.nodes import free_port, node_address, start_node
 
 DESCRIPTION = "4 nodes: a cache partitioned across nodes vs each caching alone, slow storage"
 VARIANTS = ("alone", "partitioned", "local")
@@ -36,41 +36,17 @@ WORLD = 4
 EPOCHS = 3
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def _run_variant(variant: str, cfg: dict[str, Any], timeout_s: float) -> list[dict[str, Any]]:
     """Start the 4 nodes of one variant and return their results (by rank)."""
     out = tempfile.mkdtemp(prefix=f"unstall-bench-dist-{variant}-")
-    port = _free_port("127.0.0.2")
+    port = free_port(node_address(0))
     config = json.dumps(dict(cfg, variant=variant, out=out))
     procs = []
     try:
         for rank in range(WORLD):
-            env = dict(
-                os.environ,
-                RANK=str(rank),
-                LOCAL_RANK="0",
-                WORLD_SIZE=str(WORLD),
-                LOCAL_WORLD_SIZE="1",
-                GROUP_RANK=str(rank),
-                MASTER_ADDR="127.0.0.2",
-                MASTER_PORT=str(port),
-                UNSTALL_PEER_ADDR=f"127.0.0.{2 + rank}",
-                UNSTALL_SHM_NAMESPACE=f"bench{os.getpid()}n{rank}",
-            )
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "unstall.bench.distributed_node", config],
-                    env=env,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    start_new_session=True,
-                )
-            )
+            argv = [sys.executable, "-m", "unstall.bench.distributed_node", config]
+            namespace = f"bench{os.getpid()}n{rank}"
+            procs.append(start_node(argv, rank, WORLD, port, namespace))
         deadline = time.monotonic() + timeout_s
         for rank, proc in enumerate(procs):
             try:

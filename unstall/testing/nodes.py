@@ -1,0 +1,47 @@
+"""Several "nodes" on one machine, as torchrun would start them: for tests and benchmarks.
+
+Each node is a process tree of its own (a new session, so one signal reaches the
+whole tree) with torchrun's environment for one rank per node, its own
+shared-memory namespace (its own node-wide cache) and its own loopback address
+127.0.0.(2 + rank), where its peer server binds.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from typing import Any
+
+
+def free_port(host: str) -> int:
+    """A TCP port free on ``host`` now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def node_address(rank: int) -> str:
+    return f"127.0.0.{2 + rank}"
+
+
+def start_node(
+    argv: list[str], rank: int, world: int, port: int, namespace: str, **env: str
+) -> subprocess.Popen:
+    """Start node ``rank`` of ``world`` running ``argv`` (stderr piped, text)."""
+    full: dict[str, Any] = dict(
+        os.environ,
+        RANK=str(rank),
+        LOCAL_RANK="0",
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE="1",
+        GROUP_RANK=str(rank),
+        MASTER_ADDR=node_address(0),
+        MASTER_PORT=str(port),
+        UNSTALL_PEER_ADDR=node_address(rank),
+        UNSTALL_SHM_NAMESPACE=namespace,
+        **env,
+    )
+    return subprocess.Popen(
+        argv, env=full, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
