@@ -1,0 +1,103 @@
+"""The peer client across fork: built in the parent, used in workers; never on a dead runtime."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from unstall.distributed.client import PeerClient
+from unstall.distributed.server import PeerServer
+from unstall.stores import obstore_runtime
+
+ITEMS = [bytes([i]) * (1000 + i) for i in range(8)]
+
+
+class _Cache:
+    layout = SimpleNamespace(policy="noevict")
+
+    def get_many(self, indices):
+        return [ITEMS[i] for i in indices]
+
+
+class _Layer:
+    peers = None
+
+    def _attached(self):
+        return _Cache()
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = PeerServer("127.0.0.3", "tok")
+    srv.start()
+    srv.register("fp", _Layer(), ITEMS)
+    yield f"127.0.0.3:{srv.port}"
+    srv.stop()
+
+
+def _client(address: str, generation=lambda: 0) -> PeerClient:
+    return PeerClient(
+        {0: "127.0.0.2:9", 1: address},
+        "tok",
+        timeout_s=1.0,
+        skip_s=None,
+        fingerprint="fp",
+        node=0,
+        generation=generation,
+    )
+
+
+def _run(fn, out: mp.Queue) -> None:
+    out.put(fn())
+
+
+def _forked(fn):
+    """``fn()`` in a forked child (this process must never run obstore: its children fork)."""
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_run, args=(fn, out))
+    proc.start()
+    try:
+        return out.get(timeout=30)
+    finally:
+        proc.join(10)
+
+
+def _timed_get(client: PeerClient) -> tuple[list, float]:
+    t0 = time.monotonic()
+    got = client.get_many([(1, i) for i in range(len(ITEMS))])
+    return got, time.monotonic() - t0
+
+
+def test_client_made_before_fork_serves_the_workers(server):
+    assert obstore_runtime.inherited() is None
+    client = _client(server)  # built here, as `Cache.bind` does in the main process
+    got, _ = _forked(lambda: _timed_get(client))
+    assert got == ITEMS
+
+
+def test_a_worker_of_a_parent_that_used_obstore_reads_storage_at_once(server):
+    client = _client(server)
+
+    def parent():
+        assert client.get_many([(1, 3)]) == [ITEMS[3]]  # this process's runtime is live
+        return _forked(lambda: _timed_get(client))  # its child must not use it: it hangs
+
+    got, took = _forked(parent)
+    assert got == [None] * len(ITEMS) and took < 0.5
+
+
+def test_a_failed_peer_is_skipped_until_the_next_epoch(server):
+    def run():
+        generation = [0]
+        client = _client(server, generation=lambda: generation[0])
+        first = client.get_many([(1, 0)])
+        client._skip(1)  # as after a timeout
+        skipped = client.get_many([(1, 1), (1, 2)])  # no request: skipped
+        generation[0] += 1  # the loader began an epoch
+        return first, skipped, client.get_many([(1, 1)])
+
+    assert _forked(run) == ([ITEMS[0]], [None, None], [ITEMS[1]])
