@@ -58,7 +58,11 @@ class Cluster:
         config = json.dumps(dict(out=str(out), data=str(data), **cfg))
         self.procs = []
         for rank in range(WORLD):
-            env = {"UNSTALL_PEER_STORE_PORT": str(store_port), "UNSTALL_PEER_TOKEN": token}
+            env = {
+                "UNSTALL_PEER_STORE_PORT": str(store_port),
+                "UNSTALL_PEER_TOKEN": token,
+                "UNSTALL_CACHE_DIR": str(out / f"disk-{rank}"),  # each node its own disk
+            }
             # empty token: rank 0 makes one and shares it
             argv = [sys.executable, NODE, config]
             self.procs.append(start_node(argv, rank, WORLD, port, self.namespaces[rank], **env))

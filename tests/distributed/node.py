@@ -48,7 +48,8 @@ def main() -> None:
     store = LoggedStore(cfg["data"], log)
     keys = sorted(store.list())
     ds = unstall.FileDataset(store, keys)
-    cache = unstall.Cache(cfg["capacity"], peers=unstall.Peers(timeout_s=1.0))
+    peers = unstall.Peers(timeout_s=1.0)
+    cache = unstall.Cache(cfg["capacity"], disk=cfg.get("disk"), peers=peers)
     loader = unstall.DataLoader(
         ds,
         batch_size=4,
@@ -59,7 +60,7 @@ def main() -> None:
         world_size=world,
         cache=cache,
     )
-    epochs, stats, per_epoch, total = [], [], [], 0
+    epochs, stats, per_epoch, tiers, total = [], [], [], [], 0
     for epoch in range(cfg["epochs"]):
         loader.set_epoch(epoch)
         if [rank, epoch] == cfg.get("freeze"):  # frozen (server too) until the test's SIGCONT
@@ -80,11 +81,13 @@ def main() -> None:
             dist.barrier()
         stats.append(loader.stats().get("peers", {}))  # cumulative
         per_epoch.append(loader.stats()["per_epoch"][-1].get("peers", {}))
+        tiers.append(loader.stats()["cache"])
     server = unstall.distributed._SERVER
     result = {
         "epochs": epochs,
         "stats": stats,
         "per_epoch": per_epoch,
+        "cache": tiers,  # cumulative
         "server": f"{server.host}:{server.port}",
     }
     path = os.path.join(out_dir, f"out-{rank}.json")

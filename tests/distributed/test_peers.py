@@ -80,6 +80,25 @@ def test_a_frozen_node_rejoins_at_the_next_epoch(cluster, tmp_path):
     assert sum(s["peer_hits"] for s in after) > N // 2
 
 
+def test_ram_and_disk_tiers_partitioned_across_nodes(cluster, tmp_path):
+    """Each node's RAM holds about half of what it owns, its disk tier the rest: still each
+    item read from storage once for the cluster, and every shard exact."""
+    data = make_data(tmp_path / "data", N)
+    epochs = 2
+    c = cluster(data, pg=True, epochs=epochs, sleep=0.0, capacity=40_000, disk="1MiB")
+    results = [c.result(rank, timeout=120) for rank in range(WORLD)]
+    want = reference(data, epochs)
+    for rank in range(WORLD):
+        assert results[rank]["epochs"] == want[rank], f"rank {rank} differs from one node"
+    reads = [line for r in range(WORLD) for line in c.reads(r) if not line.startswith("#")]
+    assert sorted(reads) == [f"{i:05d}.bin" for i in range(N)]  # once each, for all epochs
+    caches = [r["cache"][-1] for r in results]
+    assert all(x["tiers"] == ["ram", "disk"] for x in caches), caches
+    assert sum(x["ram"]["items_cached"] + x["disk"]["items_cached"] for x in caches) == N
+    assert all(x["disk"]["items_cached"] > 0 for x in caches), "RAM did not overflow to disk"
+    assert sum(r["per_epoch"][1]["storage_reads"] for r in results) == 0
+
+
 def test_killed_and_frozen_peers_cost_a_timeout_then_storage(cluster, tmp_path):
     data = make_data(tmp_path / "data", N)
     c = cluster(data, token=TOKEN, pg=False, epochs=2, sleep=0.05, capacity="1MiB")

@@ -51,7 +51,8 @@ class Cache:
         name: segment name instead of the dataset fingerprint (two datasets with the
             same name must not be used at once).
         peers: `unstall.Peers()` to partition the cache across the job's nodes (each
-            item cached by its owner node only; other nodes' items come from them).
+            item cached by its owner node only, in its RAM tier or, with ``disk``, its
+            disk tier; other nodes' items come from them).
 
     ``bind(dataset)`` (called by `unstall.DataLoader`) maps the segment, creating it
     if no process on the node has, and switches local stores to reading around
@@ -83,8 +84,6 @@ class Cache:
             raise ValueError(f"policy={policy!r} is unknown; use one of {sorted(POLICIES)}")
         if disk is not None and policy != "noevict":
             raise ValueError(f"policy={policy!r} evicts: a disk tier needs policy='noevict'")
-        if peers is not None and (disk is not None or ram is None):
-            raise ValueError("peers= partitions the RAM tier: give Cache(ram), without disk=")
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ValueError(f"name={name!r} must be a non-empty string or None")
         self.policy = policy
@@ -111,8 +110,7 @@ class Cache:
         fingerprint = str(dataset.fingerprint())
         if self.capacity is None:  # disk tier only
             layer = bind_tiers(None, self.disk, dataset, fingerprint, self.name)
-            self._layers.append(layer)
-            return layer
+            return self._bound(layer, dataset)
         capacity, total = resolve_capacity(self.capacity, dataset)
         capacity = min(capacity, total + total // 10 + MIN_CAPACITY)  # no need to reserve more
         page = page_size_for(total / n) if self.policy == "lru" else 0
@@ -131,10 +129,13 @@ class Cache:
             layer = CacheLayer(path=None, capacity=0, how="off", reason=reason, **layer_args)
         else:  # our cache holds the data now: the page cache should not hold it too
             _bypass_page_cache(getattr(dataset, "store", None))
-        if self.peers is not None:  # each node caches the items it owns; peers serve the rest
-            layer.peers = self.peers.attach(layer, dataset)
         if self.disk is not None:
             layer = bind_tiers(layer, self.disk, dataset, fingerprint, self.name, total)
+        return self._bound(layer, dataset)
+
+    def _bound(self, layer: Any, dataset: Any) -> Any:
+        if self.peers is not None:  # each node caches the items it owns; peers serve the rest
+            layer.peers = self.peers.attach(layer, dataset)
         self._layers.append(layer)
         return layer
 

@@ -56,6 +56,9 @@ class TieredLayer:
         self._closed = False
         self._local = dict.fromkeys(lifecycle.COUNTERS, 0)
         self._last: dict[str, Any] = {}
+        #: Optional hook for misses in both tiers (unstall.distributed's BoundPeers): as in
+        #: `CacheLayer`, peers' items come from them and only this node's are stored here.
+        self.peers: Any = None
 
     def _adopt(self, index: ShmCache, slot: int, fd: int) -> None:
         self._index, self._slot, self._fd, self._pid = index, slot, fd, os.getpid()
@@ -95,10 +98,18 @@ class TieredLayer:
         disk_hits = len(need) - len(missing)
         stored = (0, 0, 0, 0)
         if missing:
-            raws = fetch_from_storage(dataset, [indices[k] for k in missing])
+            wanted = [indices[k] for k in missing]
+            ours = None
+            if self.peers is not None:
+                raws, ours = self.peers.fetch_missing(dataset, wanted)
+            else:
+                raws = fetch_from_storage(dataset, wanted)
             for k, raw in zip(missing, raws, strict=True):
                 got[k] = raw
-            stored = self._store([(indices[k], raw) for k, raw in zip(missing, raws, strict=True)])
+            items = list(zip(wanted, raws, strict=True))
+            if ours is not None:  # a partitioned cache: this node stores only what it owns
+                items = [item for item, mine in zip(items, ours, strict=True) if mine]
+            stored = self._store(items)
         if self.ram is not None:
             self.ram._count(ram_hits, len(indices) - ram_hits, stored[0], stored[1])
         self._count(disk_hits, len(missing), stored[2], stored[3])
@@ -132,8 +143,15 @@ class TieredLayer:
         """Pass the look-ahead hint on for samples in neither tier."""
         indices = not_cached(self.ram._attached() if self.ram is not None else None, list(indices))
         indices = not_cached(self._attached(), indices)
+        if self.peers is not None:  # peers' items come from them, not from storage
+            indices = [i for i in indices if self.peers.ours(dataset, i)]
         if indices:
             dataset.prefetch(indices)
+
+    def begin_epoch(self) -> None:
+        """The loader starts an epoch (main process): peers that failed rejoin now."""
+        if self.peers is not None:
+            self.peers.begin_epoch()
 
     def _count(self, hits: int, misses: int, inserted: int, size: int) -> None:
         lifecycle.add_counts(self._index, self._slot, self._local, hits, misses, inserted, size)
@@ -163,6 +181,8 @@ class TieredLayer:
         }
         if ram is not None:
             out["ram"] = ram
+        if self.peers is not None:
+            return {"cache": out, "peers": self.peers.stats()}
         return {"cache": out}
 
     def _disk_stats(self) -> dict[str, Any]:

@@ -31,18 +31,23 @@ class PeerServer:
     def __init__(self, host: str, token: str, port: int = 0):
         self.host, self.port = host, port
         self._token = ("Bearer " + token).encode()
-        self._datasets: dict[str, tuple[Any, Any]] = {}
+        self._datasets: dict[str, tuple[Any, Any, Any]] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(READ_THREADS, "unstall-peer-read")
         self._loop = asyncio.new_event_loop()
         self._runner: Any = None
         self.served = 0
 
     def register(self, fingerprint: str, layer: Any, dataset: Any) -> None:
-        """Serve ``dataset``'s items through a copy of ``layer`` (its own mapping and slot)."""
+        """Serve ``dataset``'s items through a copy of ``layer`` (its own mappings and slots):
+        a `CacheLayer`, or a `TieredLayer` (RAM over disk)."""
         copy = pickle.loads(pickle.dumps(layer))  # our own object, never network data
         copy.peers = None  # the server reads this node's items only: cache, else storage
-        copy._attached()  # map it now, once: the read threads must not race to attach
-        self._datasets[fingerprint] = (copy, dataset)
+        ram = getattr(copy, "ram", copy)  # the shared-memory tier: hits served on the loop
+        if ram is not None:
+            ram._attached()  # map it now, once: the read threads must not race to attach
+        if ram is not copy:
+            copy._attached()
+        self._datasets[fingerprint] = (copy, ram, dataset)
 
     def start(self, timeout_s: float = 30.0) -> str:
         """Start serving; returns ``host:port``."""
@@ -84,13 +89,13 @@ class PeerServer:
             index = int(request.match_info["index"])
         except ValueError:
             index = -1
-        if entry is None or not 0 <= index < len(entry[1]):
+        if entry is None or not 0 <= index < len(entry[2]):
             return web.Response(status=404)
-        layer, dataset = entry
-        cache = layer._attached()  # mapped at register (this process): a hit is a memcpy
+        layer, ram, dataset = entry
+        cache = ram._attached() if ram is not None else None  # mapped at register: a memcpy
         noevict = cache is not None and cache.layout.policy == "noevict"
         raw = cache.get_many([index])[0] if noevict else None
-        if raw is None:  # not cached yet: storage, then cache (off the event loop)
+        if raw is None:  # not in RAM: disk tier or storage (then cached), off the event loop
             raw = await self._loop.run_in_executor(self._pool, _read, layer, dataset, index)
         self.served += 1
         return web.Response(
