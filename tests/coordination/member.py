@@ -1,6 +1,7 @@
 """A coordinated loader run as its own process (one job of a sweep), for the tests.
 
-argv: group, out file, epochs, barrier dir, members; env MEMBER_* tune it. Writes the
+argv: group, out file, epochs, barrier dir, members; env MEMBER_* tune it (MEMBER_CATCH_UP:
+other members' progress files; it skips its training steps while it is behind them all). Writes the
 batches it saw (ids and augmented tensors) and its coordination stats to the out file.
 """
 
@@ -42,6 +43,18 @@ def solo(n: int, epochs: int, **kw):
     return [(x.clone(), y.clone()) for _ in range(epochs) for x, y in loader]
 
 
+def _ahead_of_me(progress_files: list[str]) -> int:
+    """The least progress among other members (given by their progress files); 0 if none."""
+    seen = []
+    for path in progress_files:
+        try:
+            with open(path) as f:
+                seen.append(int(f.read() or 0))
+        except (FileNotFoundError, ValueError):
+            seen.append(0)
+    return min(seen, default=0)
+
+
 def main() -> None:
     group, out, epochs, barrier, members = sys.argv[1:6]
     n = int(os.environ.get("MEMBER_N", "48"))
@@ -60,6 +73,7 @@ def main() -> None:
     time.sleep(float(os.environ.get("MEMBER_START_DELAY_S", "0")))
     seen, kill_after = [], int(os.environ.get("MEMBER_SUICIDE_AFTER", "-1"))
     step = float(os.environ.get("MEMBER_STEP_S", "0.01"))
+    catch_up = [p for p in os.environ.get("MEMBER_CATCH_UP", "").split(os.pathsep) if p]
     progress = out + ".progress"
     try:
         for _ in range(int(epochs)):
@@ -69,7 +83,7 @@ def main() -> None:
                     f.write(str(len(seen)))
                 if len(seen) == kill_after:
                     os.kill(os.getpid(), signal.SIGKILL)
-                time.sleep(step)  # the training step
+                time.sleep(0 if len(seen) < _ahead_of_me(catch_up) else step)  # training step
         status = "ok"
     except Exception as exc:  # e.g. its own worker was killed: the others must not care
         status = f"{type(exc).__name__}: {exc}"

@@ -26,6 +26,21 @@ def _shm_leftovers(name: str) -> list[str]:
     return [n for n in os.listdir(d) if os.path.basename(group_dir(name)) in n]
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_member_left():
+    """A failed test leaves no member process (and its group) behind for the next one."""
+    yield
+    while _STARTED:
+        p = _STARTED.pop()
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+            p.wait(timeout=30)
+
+
 def _start(tmp: Path, group: str, k: int, epochs: int = EPOCHS, env_each=None):
     barrier = tmp / "barrier"
     barrier.mkdir(exist_ok=True)
@@ -50,6 +65,7 @@ def _start(tmp: Path, group: str, k: int, epochs: int = EPOCHS, env_each=None):
                 stderr=subprocess.PIPE,
             )
         )
+    _STARTED.extend(procs)
     return procs
 
 
@@ -139,6 +155,35 @@ def test_sigstopped_member_is_detached_then_finishes_exactly(tmp_path, expected)
     assert _shm_leftovers(group) == []
 
 
+def test_detached_member_rejoins_once_it_catches_up(tmp_path, expected):
+    group = f"t-rejoin-{os.getpid()}"
+    env = {"UNSTALL_COORD_WINDOW": "2", "UNSTALL_COORD_DETACH_S": "0.3", "MEMBER_STEP_S": "0.06"}
+    others = os.pathsep.join(str(tmp_path / f"m{j}.progress") for j in range(2))
+    procs = _start(
+        tmp_path, group, 3, env_each=lambda j: dict(env, MEMBER_CATCH_UP=others) if j == 2 else env
+    )
+    progress = tmp_path / "m2.progress"
+    deadline = time.monotonic() + 30
+    while not (progress.exists() and progress.read_text() and int(progress.read_text()) >= 3):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(procs[2].pid, signal.SIGSTOP)
+    time.sleep(1.0)  # the others go on: it is detached, its batches are reclaimed
+    os.kill(procs[2].pid, signal.SIGCONT)  # then it skips steps until it has caught up
+    for p in procs:
+        assert p.wait(timeout=60) == 0, p.stderr.read().decode()[-2000:]
+    for j in range(3):
+        _same(_result(tmp_path, j)["seen"], expected)
+    late = _result(tmp_path, 2)["stats"]
+    (event,) = late["detached"]
+    assert late["prepared_privately"] > 0 and "behind" in event["why"]
+    assert event["position"] <= event["rejoined_at"] < EPOCHS * PER_EPOCH
+    from_group = late["taken"] + late["on_demand"]
+    assert from_group + late["prepared_privately"] == EPOCHS * PER_EPOCH
+    assert from_group > EPOCHS * PER_EPOCH - event["rejoined_at"] - 2  # back in the group
+    assert _shm_leftovers(group) == []
+
+
 def test_worker_killed_holding_a_claim_loses_no_batch(tmp_path, expected):
     group = f"t-claim-{os.getpid()}"
     victim = int(expected[0][0][0][0])  # first sample of the first batch
@@ -181,5 +226,15 @@ def test_mismatched_member_is_refused():
         unstall.DataLoader(Counted(8, os.devnull), batch_size=2, seed=5, coordinate=group)
     with pytest.raises(GroupMismatch, match=r"seed=6 but the group has seed=5"):
         unstall.DataLoader(Counted(8, os.devnull), batch_size=4, seed=6, coordinate=group)
+    with pytest.raises(GroupMismatch, match=r"world_size=2 but the group has world_size=1"):
+        unstall.DataLoader(
+            Counted(8, os.devnull), batch_size=4, seed=5, rank=0, world_size=2, coordinate=group
+        )
+    flipped = Counted(8, os.devnull)
+    flipped.transform = "flip"
+    with pytest.raises(
+        GroupMismatch, match=r"transform=\"'flip'\" but the group has transform='None'"
+    ):
+        unstall.DataLoader(flipped, batch_size=4, seed=5, coordinate=group)
     first.close()
     assert _shm_leftovers(group) == []

@@ -78,18 +78,32 @@ class Coordination:
         )
         self.counts["wait_s"] = 0.0
 
-    def wrap(self, task: Any) -> CoordinatedTask:
-        """The task torch's workers run: claim-or-map around the loader's own `BatchTask`."""
+    def wrap(self, task: Any, in_flight: int) -> CoordinatedTask:
+        """The task torch's workers run: claim-or-map around the loader's own `BatchTask`.
+
+        ``in_flight``: the loader's tasks in flight (prefetch factor x workers).
+        """
         self.task = CoordinatedTask(
             task,
             self.group.path,
             per_epoch=self.identity["batches_per_epoch"],
             order=self.order,
             ahead=self.group.window,
+            in_flight=in_flight,
             claim_timeout_s=DEFAULT_CLAIM_TIMEOUT_S,
             wait_timeout_s=DEFAULT_WAIT_TIMEOUT_S,
         )
         return self.task
+
+    def prefetch_factor(self, prefetch_factor: int | None, num_workers: int) -> int:
+        """Tasks in flight per worker: at least ``window / 2`` per loader, so workers stay busy.
+
+        A task whose batch another member published costs its worker nothing; with
+        torch's usual 2 per worker, a member's workers would then sit idle until the
+        training loop asks for more, while the group's next batches wait to be prepared.
+        Tasks in flight hold only references to published batches.
+        """
+        return max(prefetch_factor or 2, -(-max(self.group.window // 2, 1) // num_workers))
 
     def receive(self, torch_iter: Any, epoch: int, start: int) -> Any:
         """Map this epoch's published batches as they come from torch's iterator."""

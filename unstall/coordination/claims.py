@@ -3,27 +3,28 @@
 Each batch (epoch ``e``, batch ``b``) has a claim file ``c<e>-<b>`` made with
 ``O_CREAT | O_EXCL`` (atomic on one node, no lock to leak: the claimer's pid and
 start stamp are in it, so a dead claimer is seen at once and a stuck one after
-``claim_timeout_s``). The claimer prepares the batch with the loader's own task and
-publishes it with ``torch.save`` to ``p<e>-<b>.pt`` (written to a temporary name,
-then renamed: readers never see half a batch). Readers map it with
-``torch.load(mmap=True)``: no copy, and copy-on-write pages, so one job's in-place
-edit never reaches another. Batches below the group's ``floor`` (the lowest
-position an attached member still needs) are reclaimed with their claims; a member
-that fell below it prepares its batches itself instead of waiting.
+``claim_timeout_s``). The claimer prepares the batch with the loader's own task,
+collating it straight into the file ``p<e>-<b>`` (`publish.py`: written under a
+temporary name, then renamed, so readers never see half a batch). Readers map it
+copy-on-write without a copy, so one job's in-place edit never reaches another.
+Batches below the group's ``floor`` (the lowest position an attached member still
+needs) are reclaimed with their claims; a member that fell below it prepares its
+batches itself instead of waiting.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import torch
 import torch.utils.data
 
 from unstall.cache.segment import pid_alive, process_stamp
+from unstall.coordination.publish import FREE_PREFIX, PublishTarget, map_batch, recycle
 from unstall.loader.failures import TaskFailure
 from unstall.loader.sampling import _planned
 
@@ -48,6 +49,7 @@ class CoordinatedTask(torch.utils.data.Dataset):
         per_epoch: int,
         order: Any,
         ahead: int,
+        in_flight: int,
         claim_timeout_s: float,
         wait_timeout_s: float,
     ):
@@ -55,6 +57,7 @@ class CoordinatedTask(torch.utils.data.Dataset):
         self.per_epoch = per_epoch
         self.order = order
         self.ahead = ahead
+        self.in_flight = in_flight  # this member's tasks in flight: how far it asks ahead
         self._indices: tuple[int, Any] = (-1, None)
         self.path = path
         self.claim_timeout_s = claim_timeout_s
@@ -69,7 +72,7 @@ class CoordinatedTask(torch.utils.data.Dataset):
             return self.inner[task]
         _, epoch, b, _ = key
         position = epoch * self.per_epoch + b
-        pub = os.path.join(self.path, f"p{epoch}-{b}.pt")
+        pub = os.path.join(self.path, f"p{epoch}-{b}")
         claim = os.path.join(self.path, f"c{epoch}-{b}")
         t0 = time.monotonic()
         delay = 0.0005
@@ -77,8 +80,11 @@ class CoordinatedTask(torch.utils.data.Dataset):
             if os.path.exists(pub):
                 waited = time.monotonic() - t0
                 return Published(pub, "taken", waited, task), (0.0, 0.0)
-            if position < read_floor(self.path):
+            floor = read_floor(self.path)
+            if position < floor:
                 return self._private(task, "reclaimed")
+            if position >= floor + 2 * self.ahead + self.in_flight:  # the slowest member is
+                return self._private(task, "ahead of the window")  # far behind: memory bounded
             if _try_claim(claim):
                 return self._prepare(task, pub, claim, time.monotonic() - t0)
             _drop_stale(claim, self.claim_timeout_s)
@@ -91,7 +97,8 @@ class CoordinatedTask(torch.utils.data.Dataset):
             delay = min(delay * 2, 0.02)
 
     def _help(self, key: tuple[int, int, int, int], b: int) -> bool:
-        """Claim and publish the first unclaimed batch among the next ``ahead`` ones.
+        """Claim and publish the first unclaimed batch among the next ``ahead`` ones
+        (and less than ``ahead`` beyond the group's floor).
 
         torch gives each worker its batches in order; without this, every member's
         workers would wait on the same one or two batches while cores sit idle.
@@ -99,9 +106,12 @@ class CoordinatedTask(torch.utils.data.Dataset):
         seed, epoch, _, rank = key
         floor = read_floor(self.path)
         for b2 in range(b + 1, min(b + 1 + self.ahead, self.per_epoch)):
-            if epoch * self.per_epoch + b2 < floor:
+            position = epoch * self.per_epoch + b2
+            if position < floor:
                 continue
-            pub = os.path.join(self.path, f"p{epoch}-{b2}.pt")
+            if position >= floor + self.ahead:
+                return False
+            pub = os.path.join(self.path, f"p{epoch}-{b2}")
             claim = os.path.join(self.path, f"c{epoch}-{b2}")
             if os.path.exists(claim) or os.path.exists(pub) or not _try_claim(claim):
                 continue
@@ -114,24 +124,19 @@ class CoordinatedTask(torch.utils.data.Dataset):
         return False
 
     def _prepare(self, task: Any, pub: str, claim: str, waited: float) -> Any:
+        target = PublishTarget(pub)
         try:
-            batch, times = self.inner[task]
+            batch, times = self.inner[(task, target)]  # collated straight into the group's file
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(claim)  # let another member try
             raise
-        if isinstance(batch, TaskFailure):
+        if batch is not target:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(claim)
-            return batch, times
-        tmp = f"{pub}.{os.getpid()}.tmp"
-        try:
-            torch.save(batch, tmp)
-            os.rename(tmp, pub)
-        except OSError:  # group removed under us, or shm full: hand the batch over directly
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            return ("private", "publish failed", batch), times
+                os.unlink(claim)  # failed (TaskFailure) or not published: another member may
+            if isinstance(batch, TaskFailure):
+                return batch, times
+            return ("private", f"publish failed: {target.error}", batch), times
         _count_prepared(self.path)
         return Published(pub, "prepared", waited, task), times
 
@@ -186,19 +191,19 @@ def receive(
 ) -> Iterator[Any]:
     """The main-process side: map published batches, advance this member, reclaim old ones."""
     b = start
-    group.rejoin()  # epoch boundaries (and resumes) rejoin the group
     group.set_position(epoch * per_epoch + b)
     last_reclaim = 0.0
     for item in source:
         batch, times = item
         if isinstance(batch, Published):
             try:
-                out = torch.load(batch.path, mmap=True, weights_only=True)
+                out = map_batch(batch.path)
             except FileNotFoundError:  # reclaimed while this member was stopped
                 out = None
             if out is None:
                 batch = ("private", "reclaimed", task.inner[batch.task][0])
             else:
+                group.note_rejoined(epoch * per_epoch + b)  # caught up, if it was detached
                 stats["taken" if batch.how == "taken" else "on_demand"] += 1
                 stats["wait_s"] += batch.wait_s
                 if batch.how == "taken":
@@ -259,7 +264,13 @@ def read_floor(path: str) -> int:
 
 
 def reclaim(group: Any, now: float) -> None:
-    """Raise the floor; unlink published batches and claims below it (mapped ones stay valid)."""
+    """Raise the floor; retire published batches and claims below it.
+
+    A retired batch nobody maps any more is kept for reuse (at most ``window`` such
+    files wait), else unlinked. One still mapped (the slowest member's latest) is
+    retried later; more than ``window`` below the floor it is unlinked, and its
+    holders keep their pages.
+    """
     floor, _ = group.floor(now)
     if floor <= read_floor(group.path):
         return
@@ -272,12 +283,25 @@ def reclaim(group: Any, now: float) -> None:
     except FileNotFoundError:
         return
     per = group.identity["batches_per_epoch"]
+    free = sum(n.startswith(FREE_PREFIX) for n in names)
     for n in names:
         if n[0] not in "pc" or not n[1].isdigit():
             continue
-        e, b = n[1:].removesuffix(".pt").split("-")[:2]
+        e, b = n[1:].split("-")[:2]
         if not b.isdigit():
             continue  # a temporary file being written
-        if int(e) * per + int(b) < floor:
+        position = int(e) * per + int(b)
+        if position >= floor:
+            continue
+        path = os.path.join(group.path, n)
+        if n[0] == "c":
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(group.path, n))
+                os.unlink(path)
+            continue
+        spare = None
+        if free < group.window:
+            spare = os.path.join(group.path, f"{FREE_PREFIX}{os.getpid()}-{next(_spares)}")
+        free += recycle(path, spare, busy_unlink=position < floor - group.window) == "reused"
+
+
+_spares = itertools.count()

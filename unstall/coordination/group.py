@@ -23,15 +23,15 @@ from typing import Any
 from unstall.cache.segment import name_prefix, pid_alive, process_stamp, shm_dir
 
 #: Fields every member must share, in the order a mismatch is reported.
-IDENTITY_FIELDS = (
+IDENTITY_FIELDS = (  # the transform first: the fingerprint of a plain dataset includes it
     "group",
+    "transform",
+    "prep",
     "fingerprint",
     "seed",
     "batch_size",
     "world_size",
     "rank",
-    "prep",
-    "transform",
     "num_samples",
     "shuffle",
     "drop_last",
@@ -127,9 +127,11 @@ class Group:
             f.write(str(position))
         os.rename(tmp, os.path.join(self.path, self.member))
 
-    def rejoin(self) -> None:
-        """At an epoch boundary a detached member takes part again."""
-        self.detached = False
+    def note_rejoined(self, position: int) -> None:
+        """This member got a published batch again: if it was detached, it caught up."""
+        if self.detached:
+            self.detached = False
+            self.events[-1]["rejoined_at"] = position
 
     def floor(self, now: float) -> tuple[int, int]:
         """(the lowest position an attached live member still needs, the leader's position).
@@ -154,7 +156,7 @@ class Group:
         return (min(keep) if keep else lead), lead
 
     def note_detached(self, position: int, why: str) -> None:
-        """This member found its batch reclaimed: it loads privately until the next epoch."""
+        """This member found its batch reclaimed: it loads privately until it catches up."""
         if not self.detached:
             self.detached = True
             self.events.append({"t": round(time.time(), 3), "position": position, "why": why})

@@ -121,8 +121,11 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
     # Without a user generator, workers' seeds follow (seed, epoch, rank): see DataLoader.__iter__.
     worker_seeds = torch.Generator() if generator is None else None
     extra: dict[str, Any] = {} if a["in_order"] else {"in_order": False}
+    prefetch = a["prefetch_factor"]
+    if coordination is not None and num_workers > 0:  # issue 18: tasks of published batches
+        prefetch = coordination.prefetch_factor(prefetch, num_workers)  # cost nothing in flight
     inner = TorchDataLoader(
-        task if coordination is None else coordination.wrap(task),
+        task if coordination is None else coordination.wrap(task, (prefetch or 1) * num_workers),
         batch_size=None,
         sampler=torch_sampler,
         num_workers=num_workers,
@@ -132,7 +135,7 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
         worker_init_fn=a["worker_init_fn"],
         multiprocessing_context=a["multiprocessing_context"],
         generator=generator if generator is not None else worker_seeds,
-        prefetch_factor=a["prefetch_factor"],
+        prefetch_factor=prefetch,
         persistent_workers=a["persistent_workers"],
         pin_memory_device=a["pin_memory_device"],
         **extra,

@@ -17,6 +17,7 @@ import torch.utils.data
 from torch._utils import ExceptionWrapper
 
 from unstall.errors import SampleError
+from unstall.loader.slots import SlotRef
 
 
 def add_note(exc: BaseException, note: str) -> None:
@@ -84,7 +85,7 @@ class TaskFailure:
 def failure_from(exc: BaseException, note: str, index: int | None, key: str | None, ref: Any):
     """The `TaskFailure` for ``exc`` (just caught in a worker)."""
     wrapper = ExceptionWrapper(where=f"in DataLoader worker process {_worker_id()}")
-    slot = (ref.pool, ref.index) if ref is not None else None
+    slot = (ref.pool, ref.index) if isinstance(ref, SlotRef) else None
     return TaskFailure(wrapper, note, index, key, slot)
 
 

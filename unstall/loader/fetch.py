@@ -19,6 +19,7 @@ from unstall.loader.failures import add_note, describe, failure_from, mark_task_
 from unstall.loader.handoff import pack
 from unstall.loader.sampling import Planned
 from unstall.loader.slot_writer import SlotWriter
+from unstall.loader.slots import SlotRef
 from unstall.pipeline.batch_seed import batch_rng
 
 
@@ -31,6 +32,16 @@ class SplitDataset(Protocol):
     def fetch(self, indices: Sequence[int]) -> list[bytes]: ...
 
     def prepare(self, index: int, raw: bytes) -> Any: ...
+
+
+class CollateTarget(Protocol):
+    """Where a task's batch goes instead of the ordinary hand-off (given as ``(indices, target)``).
+
+    ``collate`` collates ``samples`` with ``collate_fn`` into its own memory and returns
+    what the worker hands back for the batch.
+    """
+
+    def collate(self, samples: list[Any], collate_fn: Callable[[list[Any]], Any]) -> Any: ...
 
 
 class FetchLayer(Protocol):
@@ -93,7 +104,8 @@ class BatchTask(torch.utils.data.Dataset):
         return len(self.dataset)
 
     def __getitem__(self, task: Any) -> tuple[Any, tuple[float, float]]:
-        """``task``: a list of indices, or ``(indices, SlotRef)`` to collate into that slot.
+        """``task``: a list of indices, or ``(indices, SlotRef | CollateTarget)`` to collate
+        into that slot or target.
 
         A failure comes back as a `TaskFailure` from a worker process (the training
         loop re-raises it, the iterator stays usable) and is raised here in the main
@@ -140,13 +152,19 @@ class BatchTask(torch.utils.data.Dataset):
             self._step = "loading"
             samples = self._load_plain(indices)
         self._step = "collating"
-        if ref is not None and self.writer is not None:
-            batch = self.writer.collate(samples, self.collate_fn, ref)
-        else:
-            batch = self.collate_fn(samples[0] if self.unbatched else samples)
-            if self.pack:
-                batch = pack(batch)
-        return batch, Timing.of(t0, t1, c0, len(indices))
+        return self._collate(samples, ref), Timing.of(t0, t1, c0, len(indices))
+
+    def _collate(self, samples: list[Any], ref: Any) -> Any:
+        """The batch: into a zero-copy slot, into a `CollateTarget`, or the ordinary way."""
+        if type(ref) is SlotRef and self.writer is not None:
+            return self.writer.collate(samples, self.collate_fn, ref)
+        if ref is not None and type(ref) is not SlotRef:  # e.g. a coordination group's file
+            return ref.collate(samples, self._collate_one if self.unbatched else self.collate_fn)
+        batch = self.collate_fn(samples[0] if self.unbatched else samples)
+        return pack(batch) if self.pack else batch
+
+    def _collate_one(self, samples: list[Any]) -> Any:
+        return self.collate_fn(samples[0])
 
     def _explain(
         self, exc: Exception, indices: list[int]

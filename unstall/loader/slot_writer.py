@@ -53,17 +53,17 @@ class SlotWriter:
         except OSError as exc:  # no room in /dev/shm (or the slot is gone): torch's path
             batch = pack(collate_fn(samples))
             return SlotBatch(ref.pool, ref.index, batch, spilled=True, error=f"{exc}")
-        arena = _Arena(base)
+        arena = Arena(base)
         if collate_fn is torch.utils.data.default_collate:
-            payload = _collate_into(samples, arena)
+            payload = collate_into(samples, arena)
         else:
-            payload = _move_into(collate_fn(samples), arena)
+            payload = move_into(collate_fn(samples), arena)
         if arena.overflow:
             return SlotBatch(ref.pool, ref.index, pack(collate_fn(samples)), spilled=True)
         return SlotBatch(ref.pool, ref.index, pack(payload))
 
 
-class _Arena:
+class Arena:
     """Bump allocator over one slot; records overflow instead of raising."""
 
     def __init__(self, base: torch.Tensor):
@@ -81,7 +81,7 @@ class _Arena:
         return self.base[offset : offset + nbytes].view(dtype).view(shape), offset
 
 
-def _collate_into(samples: list[Any], arena: _Arena) -> Any:
+def collate_into(samples: list[Any], arena: Arena) -> Any:
     """`default_collate` of tensors, tuples, lists, dicts; big tensors stacked into the slot."""
     elem = samples[0]
     if type(elem) is torch.Tensor:
@@ -97,13 +97,13 @@ def _collate_into(samples: list[Any], arena: _Arena) -> Any:
             torch.stack(samples, 0, out=out)
             return SlotTensor(offset, shape, elem.dtype)
     elif type(elem) in (tuple, list) and all(len(s) == len(elem) for s in samples):
-        return [_collate_into(list(column), arena) for column in zip(*samples, strict=True)]
+        return [collate_into(list(column), arena) for column in zip(*samples, strict=True)]
     elif type(elem) is dict:
-        return {k: _collate_into([s[k] for s in samples], arena) for k in elem}
-    return _move_into(torch.utils.data.default_collate(samples), arena)
+        return {k: collate_into([s[k] for s in samples], arena) for k in elem}
+    return move_into(torch.utils.data.default_collate(samples), arena)
 
 
-def _move_into(batch: Any, arena: _Arena) -> Any:
+def move_into(batch: Any, arena: Arena) -> Any:
     """Copy big tensors of an already collated batch into the slot; small ones travel inline."""
     if isinstance(batch, torch.Tensor):
         nbytes = batch.numel() * batch.element_size()
@@ -116,9 +116,9 @@ def _move_into(batch: Any, arena: _Arena) -> Any:
         out.copy_(batch)
         return SlotTensor(offset, tuple(batch.shape), batch.dtype)
     if type(batch) is tuple:
-        return tuple(_move_into(x, arena) for x in batch)
+        return tuple(move_into(x, arena) for x in batch)
     if type(batch) is list:
-        return [_move_into(x, arena) for x in batch]
+        return [move_into(x, arena) for x in batch]
     if type(batch) is dict:
-        return {k: _move_into(v, arena) for k, v in batch.items()}
+        return {k: move_into(v, arena) for k, v in batch.items()}
     return batch
