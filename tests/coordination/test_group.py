@@ -41,6 +41,24 @@ def _no_member_left():
             p.wait(timeout=30)
 
 
+def _finish(p: subprocess.Popen, timeout: float, want: int | None = 0) -> bool:
+    """Wait for member ``p`` (draining its pipes, so a chatty one cannot block); check its
+    exit status is ``want`` (None: any), with its output in the message."""
+    out, err = p.communicate(timeout=timeout)
+    assert want is None or p.returncode == want, (p.returncode, (out + err).decode()[-3000:])
+    return True
+
+
+def _stop_after(tmp: Path, procs: list[subprocess.Popen], j: int, *, batches: int) -> None:
+    """SIGSTOP member ``j`` once it has trained on ``batches`` batches (within 30 s)."""
+    progress = tmp / f"m{j}.progress"
+    deadline = time.monotonic() + 30
+    while not (progress.exists() and progress.read_text() and int(progress.read_text()) >= batches):
+        assert time.monotonic() < deadline, f"member {j} did not reach batch {batches}"
+        time.sleep(0.01)
+    os.kill(procs[j].pid, signal.SIGSTOP)
+
+
 def _start(tmp: Path, group: str, k: int, epochs: int = EPOCHS, env_each=None):
     barrier = tmp / "barrier"
     barrier.mkdir(exist_ok=True)
@@ -96,7 +114,7 @@ def test_three_members_see_solo_batches_each_prepared_once(tmp_path, expected):
     group = f"t-ok-{os.getpid()}"
     procs = _start(tmp_path, group, 3)
     for p in procs:
-        assert p.wait(timeout=90) == 0, p.stderr.read().decode()[-2000:]
+        _finish(p, 90)
     stats = []
     for j in range(3):
         r = _result(tmp_path, j)
@@ -117,8 +135,8 @@ def test_sigkilled_member_blocks_nobody_and_shm_is_clean(tmp_path, expected):
     )
     t0 = time.monotonic()
     for p in procs[:2]:
-        assert p.wait(timeout=60) == 0, p.stderr.read().decode()[-2000:]
-    assert procs[2].wait(timeout=10) == -signal.SIGKILL
+        _finish(p, 60)
+    _finish(procs[2], 10, -signal.SIGKILL)
     assert time.monotonic() - t0 < 60
     for j in range(2):
         _same(_result(tmp_path, j)["seen"], expected)
@@ -132,20 +150,15 @@ def test_sigstopped_member_is_detached_then_finishes_exactly(tmp_path, expected)
     group = f"t-stop-{os.getpid()}"
     env = {"UNSTALL_COORD_WINDOW": "2", "UNSTALL_COORD_DETACH_S": "0.3", "MEMBER_STEP_S": "0.04"}
     procs = _start(tmp_path, group, 3, env_each=lambda j: env)
-    progress = tmp_path / "m2.progress"
-    deadline = time.monotonic() + 30
-    while not (progress.exists() and progress.read_text() and int(progress.read_text()) >= 3):
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    os.kill(procs[2].pid, signal.SIGSTOP)
+    _stop_after(tmp_path, procs, 2, batches=3)
     try:
         t0 = time.monotonic()
         for p in procs[:2]:  # the others finish all epochs while it stays stopped
-            assert p.wait(timeout=60) == 0, p.stderr.read().decode()[-2000:]
+            _finish(p, 60)
         others_s = time.monotonic() - t0
     finally:
         os.kill(procs[2].pid, signal.SIGCONT)
-    assert procs[2].wait(timeout=60) == 0, procs[2].stderr.read().decode()[-2000:]
+    _finish(procs[2], 60)
     assert others_s < 30
     for j in range(3):
         _same(_result(tmp_path, j)["seen"], expected)
@@ -162,16 +175,11 @@ def test_detached_member_rejoins_once_it_catches_up(tmp_path, expected):
     procs = _start(
         tmp_path, group, 3, env_each=lambda j: dict(env, MEMBER_CATCH_UP=others) if j == 2 else env
     )
-    progress = tmp_path / "m2.progress"
-    deadline = time.monotonic() + 30
-    while not (progress.exists() and progress.read_text() and int(progress.read_text()) >= 3):
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    os.kill(procs[2].pid, signal.SIGSTOP)
+    _stop_after(tmp_path, procs, 2, batches=3)
     time.sleep(1.0)  # the others go on: it is detached, its batches are reclaimed
     os.kill(procs[2].pid, signal.SIGCONT)  # then it skips steps until it has caught up
     for p in procs:
-        assert p.wait(timeout=60) == 0, p.stderr.read().decode()[-2000:]
+        _finish(p, 60)
     for j in range(3):
         _same(_result(tmp_path, j)["seen"], expected)
     late = _result(tmp_path, 2)["stats"]
@@ -199,7 +207,7 @@ def test_worker_killed_holding_a_claim_loses_no_batch(tmp_path, expected):
         ),
     )
     for p in procs:
-        p.wait(timeout=60)
+        _finish(p, 60, None)
     assert "worker" in _result(tmp_path, 0)["status"].lower()  # its own loader saw the death
     _same(_result(tmp_path, 1)["seen"], expected[:PER_EPOCH])  # the other got every batch
     assert str(victim) in (tmp_path / "m1.log").read_text().split()  # by preparing it itself
