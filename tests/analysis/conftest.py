@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from unstall.analysis.runs import Workload
-from unstall.bench.accelerator import SimulatedAccelerator
 from unstall.data import FileDataset
+from unstall.models.simulated import SimulatedAccelerator
 from unstall.stores.local import LocalStore
 from unstall.testing.throttle import ThrottledStore
 

@@ -12,7 +12,7 @@ import torch
 import unstall
 from tests.analysis.conftest import Burn, make_workload
 from unstall.analysis import analyze_workload
-from unstall.bench.accelerator import SimulatedAccelerator
+from unstall.models.simulated import SimulatedAccelerator
 
 # rates well below what 2 busy cores do: samples of 20 KB, batches of 16, 2 workers
 REGIMES = {

@@ -7,24 +7,9 @@ import time
 
 import pytest
 
-from unstall.bench import SimulatedAccelerator, load
+from unstall.bench import load
 from unstall.bench.harness import BenchResult, measure, row, write_json
 from unstall.bench.overhead import run as run_overhead
-
-
-def test_simulated_accelerator_holds_each_batch_for_its_duration():
-    import torch
-
-    accel = SimulatedAccelerator(rate=1000.0)
-    start = time.perf_counter()
-    for _ in range(5):
-        accel.step(torch.zeros(10, 3))  # 10 samples at 1000/s: 10 ms each
-    elapsed = time.perf_counter() - start
-    assert accel.samples == 50
-    assert 0.05 <= elapsed < 0.2
-    assert accel.busy_s == pytest.approx(0.05)
-    with pytest.raises(ValueError, match="rate=0"):
-        SimulatedAccelerator(rate=0)
 
 
 def test_measure_counts_samples_and_splits_wait_from_compute():

@@ -11,8 +11,8 @@ import torch
 from unstall.bench import BenchResult, write_json
 from unstall.bench import overhead as overhead_bench
 from unstall.bench import train as train_bench
-from unstall.bench.models import MODELS, build
 from unstall.bench.train import GPU_PREP, LEAN, SYNTHETIC, TORCH, TrainSettings, run_with
+from unstall.models.nets import MODELS, build
 
 #: ``sum(p.numel() for p in torchvision.models.<name>().parameters())``
 TORCHVISION_PARAMS = {"resnet18": 11_689_512, "resnet50": 25_557_032, "mobilenet_v2": 3_504_872}

@@ -25,8 +25,8 @@ def builtin_workload(
     num_workers: int | None = None,
 ) -> Workload:
     """``ImageFolder(data)`` (`ImagePipeline`) feeding ``model``: real on a GPU, else simulated."""
-    from unstall.bench.accelerator import MODEL_RATES
     from unstall.data import ImageFolder
+    from unstall.models.simulated import MODEL_RATES
 
     if model not in MODEL_RATES:
         raise ValueError(f"model={model!r} is not known; choose one of {sorted(MODEL_RATES)}")
@@ -38,7 +38,7 @@ def builtin_workload(
         step, to_device = _real_model(model)
         name = f"{model} on {torch.cuda.get_device_name()}"
     else:
-        from unstall.bench.accelerator import SimulatedAccelerator
+        from unstall.models.simulated import SimulatedAccelerator
 
         rate = rate or MODEL_RATES[model]
         step, to_device = SimulatedAccelerator(rate).step, None
@@ -54,7 +54,7 @@ def builtin_workload(
 
 
 def _real_model(name: str) -> tuple[Callable[[Any], None], Callable[[Any], Any]]:
-    from unstall.bench.models import build
+    from unstall.models.nets import build
 
     net = build(name).cuda().to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from unstall.bench.accelerator import MODEL_RATES, SimulatedAccelerator
 from unstall.bench.harness import BenchResult, Measurement, measure, print_result, write_json
+from unstall.models.simulated import MODEL_RATES, SimulatedAccelerator
 
 BENCHMARKS: dict[str, str] = {
     "overhead": "unstall.bench.overhead",

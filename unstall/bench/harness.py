@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from unstall.bench.accelerator import SimulatedAccelerator
+from unstall.models.simulated import SimulatedAccelerator
 
 
 @dataclass

@@ -62,10 +62,10 @@ def job(
     """One sweep job (run in its own process): ``epochs`` epochs fed to the simulated model."""
     import torch
 
-    from unstall.bench.accelerator import SimulatedAccelerator
     from unstall.bench.local import PerSample
     from unstall.data import ImageFolder
     from unstall.loader import DataLoader
+    from unstall.models.simulated import SimulatedAccelerator
     from unstall.pipeline import ImagePipeline
     from unstall.stores import LocalStore
 

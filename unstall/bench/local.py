@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from unstall.bench.accelerator import MODEL_RATES
 from unstall.bench.harness import BenchResult, Measurement, measure, median_of, row
 from unstall.data import ImageFolder
 from unstall.loader import DataLoader
+from unstall.models.simulated import MODEL_RATES
 from unstall.stores import LocalStore
 
 DESCRIPTION = "local JPEG files, cold and warm page cache: torch vs unstall, same pipeline"

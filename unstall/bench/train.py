@@ -26,10 +26,10 @@ import torch.nn.functional as F
 
 from unstall.bench.harness import BenchResult, Measurement, ratio_of, row
 from unstall.bench.local import PerSample
-from unstall.bench.models import MODELS, build
 from unstall.data import ImageFolder
 from unstall.loader import DataLoader
 from unstall.loader.device import NormalizeImages
+from unstall.models.nets import MODELS, build
 from unstall.pipeline import ImagePipeline, TorchReferencePipeline
 from unstall.stores import LocalStore
 
@@ -52,7 +52,7 @@ class TrainSettings:
     """One run's shape; every variant trains ``batch_size * steps`` timed samples.
 
     Args:
-        model: a name in `unstall.bench.models.MODELS`.
+        model: a name in `unstall.models.nets.MODELS`.
         device: ``"cuda"`` (bf16 autocast) or ``"cpu"`` (float32, for tests).
         batch_size: samples per step.
         image_size: side of the training crops [Unit: pixel].

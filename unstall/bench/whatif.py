@@ -25,10 +25,10 @@ from unstall.analysis.model import Config, predict
 from unstall.analysis.probe import probe_storage
 from unstall.analysis.recommend import recommend
 from unstall.analysis.runs import Workload, loader_run, step_indices
-from unstall.bench.accelerator import SimulatedAccelerator
 from unstall.bench.harness import BenchResult
 from unstall.cache import Cache
 from unstall.data import FileDataset
+from unstall.models.simulated import SimulatedAccelerator
 from unstall.stores.local import LocalStore
 from unstall.testing.throttle import ThrottledStore
 
