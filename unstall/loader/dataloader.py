@@ -28,6 +28,7 @@ from unstall.loader.options import resolve_seed, resolve_world
 from unstall.loader.sampling import OrderView, worker_base_seed
 from unstall.loader.stats import LoaderStats
 from unstall.loader.swap import TorchDataLoader
+from unstall.loader.worker_death import release_stuck_locks
 
 STATE_VERSION = 1
 T_co = TypeVar("T_co", covariant=True)
@@ -214,7 +215,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
 
     def __iter__(self) -> Any:  # an iterator with a length, like torch's
         if self._passthrough:
-            return PassthroughIterator(self, iter(self._inner), self._stats)
+            return PassthroughIterator(self, _start(self._inner), self._stats)
         self._order()
         epoch, start = self._next_epoch, self._pending_start
         self._next_epoch, self._pending_start = epoch + 1, 0
@@ -231,7 +232,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             base = worker_base_seed(seed=self.seed, epoch=epoch, rank=self.rank)
             self._worker_seeds.manual_seed(base)
         length = len(self._sampler)
-        torch_iter = iter(self._inner)  # starts workers now, so they prefetch
+        torch_iter = _start(self._inner)  # starts workers now, so they prefetch
         if self._coordination is not None:  # issue 18: map the group's published batches
             torch_iter = self._coordination.receive(torch_iter, epoch, start)
         end = lambda: stats.close_epoch(position[0], self._source_stats())  # noqa: E731
@@ -369,3 +370,13 @@ def _config_overrides() -> dict[str, Any]:
 
 
 __all__ = ["DataLoader"]
+
+
+def _start(inner: Any) -> Any:
+    """``iter(inner)`` (torch's loader: starts its workers); a worker that dies while it
+    starts leaves no queue lock held (see `unstall.loader.worker_death`)."""
+    try:
+        return iter(inner)
+    except BaseException as exc:
+        release_stuck_locks(exc)
+        raise

@@ -17,6 +17,7 @@ from unstall.loader.failures import is_task_error, raise_if_failed
 from unstall.loader.handoff import unpack
 from unstall.loader.slot_handoff import SlotHandoff
 from unstall.loader.stats import LoaderStats, batch_size_of
+from unstall.loader.worker_death import release_stuck_locks
 
 
 class _Timed:
@@ -97,6 +98,7 @@ class EpochIterator(_Timed):
         except BaseException as exc:
             if is_task_error(exc):  # the dataset's error for one batch: the epoch goes on
                 raise
+            release_stuck_locks(exc)  # e.g. a worker died: see worker_death.py
             if handoff is not None:
                 handoff.retire()  # e.g. a worker died: its slots may never come back
             self._finish()
@@ -137,6 +139,9 @@ class SizedIterator:
             if hooks.observed():
                 hooks.notify_finished(self._loader)
             raise
+        except BaseException as exc:
+            release_stuck_locks(exc)  # e.g. a worker died: see worker_death.py
+            raise
         if hooks.observed():
             hooks.notify_batch(self._loader, self._stats.wait.last)
         return out
@@ -168,7 +173,8 @@ class PassthroughIterator(_Timed):
             self._finish()
             stats.close_epoch(stats.epochs_completed - 1, {})
             raise
-        except BaseException:
+        except BaseException as exc:
+            release_stuck_locks(exc)  # e.g. a worker died: see worker_death.py
             self._finish()
             raise
         wait = time.perf_counter() - t0

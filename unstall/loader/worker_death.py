@@ -1,0 +1,58 @@
+"""After a worker died: release the queue locks torch's SIGCHLD handler may have left held.
+
+NOTE [ A killed worker and torch's index queues ]
+torch learns that a worker died from a SIGCHLD handler that *raises* in the main
+thread, wherever that thread is. When it lands inside ``multiprocessing.Queue.put``
+(the main thread puts the next batch's indices into a worker's queue after every
+batch, and ``prefetch_factor x num_workers`` of them when an epoch starts), after
+the queue's ``_notempty`` lock was taken but before the ``with`` block that releases
+it was entered, the lock stays held by no one. The next ``put`` on that queue, the
+one torch's shutdown makes to stop the workers, then waits forever: the training
+process hangs at the end of the epoch or at exit (seen here: a worker SIGKILLed at
+its first batch hung its loader's process about once in 20 runs).
+
+`release_stuck_locks` finds torch's iterator in the failure's traceback and frees
+any such lock. It is safe: the queue's feeder thread holds ``_notempty`` only for a
+few instructions (its ``wait`` releases it), so a lock still held after a short
+wait is one that nobody will release.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import torch.utils.data.dataloader as torch_dataloader
+
+#: How long a lock may stay held before it counts as abandoned [seconds].
+STUCK_AFTER_S = 0.05
+
+
+def release_stuck_locks(exc: BaseException) -> int:
+    """Free the abandoned queue locks of every torch iterator in ``exc``'s traceback.
+
+    Returns:
+        How many locks were released (0 in the usual case).
+    """
+    released, seen = 0, set()
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        it = frame.f_locals.get("self")
+        if isinstance(it, torch_dataloader._BaseDataLoaderIter) and id(it) not in seen:
+            seen.add(id(it))
+            released += release_queue_locks(it)
+    return released
+
+
+def release_queue_locks(torch_iter: Any) -> int:
+    """Free abandoned ``_notempty`` locks of ``torch_iter``'s index queues; how many."""
+    released = 0
+    for queue in getattr(torch_iter, "_index_queues", ()):
+        cond = getattr(queue, "_notempty", None)
+        if cond is None:
+            continue
+        if cond.acquire(timeout=STUCK_AFTER_S):
+            cond.release()
+            continue
+        cond.release()  # held by no running code: an exception raised inside put() left it
+        released += 1
+    return released
