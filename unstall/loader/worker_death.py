@@ -9,7 +9,8 @@ the queue's ``_notempty`` lock was taken but before the ``with`` block that rele
 it was entered, the lock stays held by no one. The next ``put`` on that queue, the
 one torch's shutdown makes to stop the workers, then waits forever: the training
 process hangs at the end of the epoch or at exit (seen here: a worker SIGKILLed at
-its first batch hung its loader's process about once in 20 runs).
+its first batch hung its loader's process about once in 20 runs; pytorch/pytorch#26072,
+"DataLoader workers fail to die", reports the same freeze in that shutdown ``put``).
 
 `release_stuck_locks` finds torch's iterator in the failure's traceback and frees
 any such lock. It is safe: the queue's feeder thread holds ``_notempty`` only for a
