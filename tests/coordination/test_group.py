@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,12 +34,16 @@ _STARTED: list[subprocess.Popen] = []
 def _no_member_left():
     """A failed test leaves no member process (and its group) behind for the next one."""
     yield
+    killed = set()
     while _STARTED:
         p = _STARTED.pop()
         if p.poll() is None:
             os.kill(p.pid, signal.SIGCONT)
             p.kill()
             p.wait(timeout=30)
+            killed.add(p.args[3])  # its group: nobody left to remove it
+    for group in killed:
+        shutil.rmtree(group_dir(group), ignore_errors=True)
 
 
 def _finish(p: subprocess.Popen, timeout: float, want: int | None = 0) -> bool:
