@@ -113,37 +113,42 @@ def write_batch(
     """Collate ``samples`` into the file ``fd`` (large tensors in place, then payload, trailer)."""
     payload = None
     if collate_fn is torch.utils.data.default_collate:
-        payload, used = _fill(fd, _bound(samples), recycled, lambda a: collate_into(samples, a))
+        payload, used, size = _fill(
+            fd, _bound(samples), recycled, lambda a: collate_into(samples, a)
+        )
     if payload is None:  # a custom collate_fn (or a bound that was too low): its batch, moved
         batch = collate_fn(samples)
         need = large_bytes(batch) + ALIGN * (_leaves(batch) + 1)
-        payload, used = _fill(fd, need, recycled, lambda a: move_into(batch, a))
+        payload, used, size = _fill(fd, need, recycled, lambda a: move_into(batch, a))
         if payload is None:
             raise RuntimeError(f"batch does not fit its computed size {need}")  # a bug
     blob = pickle.dumps(pack(payload), protocol=pickle.HIGHEST_PROTOCOL)
     offset = -(-used // ALIGN) * ALIGN
-    end = max(os.fstat(fd).st_size, offset + len(blob) + _TRAILER.size)
-    os.posix_fallocate(fd, 0, end)
+    end = max(size, offset + len(blob) + _TRAILER.size)
+    if end > size:  # the pages up to ``size`` were reserved by `_fill` (or a past batch)
+        os.posix_fallocate(fd, size, end - size)
     trailer = _TRAILER.pack(MAGIC, offset, len(blob), _name_field(name))
     os.pwrite(fd, blob, offset)
     os.pwrite(fd, trailer, end - _TRAILER.size)
 
 
-def _fill(fd: int, need: int, recycled: bool, write: Callable[[Arena], Any]) -> tuple[Any, int]:
-    """(payload, bytes used) after ``write`` put tensors into the file's first ``need`` bytes
-    or more; (None, 0) when they did not fit."""
+def _fill(
+    fd: int, need: int, recycled: bool, write: Callable[[Arena], Any]
+) -> tuple[Any, int, int]:
+    """(payload, bytes used, file size) after ``write`` put tensors into the file's first
+    ``need`` bytes or more; payload None when they did not fit."""
     size = os.fstat(fd).st_size
     if size < need:
         os.posix_fallocate(fd, 0, need)  # a full /dev/shm is an OSError here, not a SIGBUS
         size = need
     # A recycled file's pages exist: map them all at once (a fault per page costs more).
     flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if recycled else 0)
-    mm = mmap.mmap(fd, max(size, ALIGN), flags=flags)
+    mm = mmap.mmap(fd, size, flags=flags)
     arena = Arena(torch.frombuffer(mm, dtype=torch.uint8))
     payload = write(arena)
     used, overflow = arena.used, arena.overflow
     del arena  # the views over the mapping go; the mapping is unmapped with its last user
-    return (None, 0) if overflow else (payload, used)
+    return (None if overflow else payload), used, size
 
 
 def map_batch(path: str) -> Any:
