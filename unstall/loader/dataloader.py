@@ -214,6 +214,10 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         return len(self._sampler.batch_sampler)  # type: ignore[union-attr,arg-type]
 
     def __iter__(self) -> Any:  # an iterator with a length, like torch's
+        if hooks.observed():  # e.g. `unstall analyze`'s synthetic run
+            override = hooks.iterate_override(self)
+            if override is not None:
+                return override
         if self._passthrough:
             return PassthroughIterator(self, _start(self._inner), self._stats)
         self._order()

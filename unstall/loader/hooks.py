@@ -7,7 +7,7 @@ single truth test. Observers must be quick and must not raise.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 
@@ -47,6 +47,20 @@ def notify_created(loader: Any) -> None:
 def notify_batch(loader: Any, wait_s: float) -> None:
     for observer in _observers:
         observer.batch(loader, wait_s)
+
+
+def iterate_override(loader: Any) -> Iterator[Any] | None:
+    """An observer's own iteration for ``loader`` (the analyzer's synthetic run), else None.
+
+    Observers may define ``iterate(loader)``; the first one that returns an iterator wins.
+    """
+    for observer in _observers:
+        iterate = getattr(observer, "iterate", None)
+        if iterate is not None:
+            out = iterate(loader)
+            if out is not None:
+                return out
+    return None
 
 
 def notify_finished(loader: Any) -> None:

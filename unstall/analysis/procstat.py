@@ -1,0 +1,44 @@
+"""CPU figures from the OS, read around a measured window: this process, and the machine.
+
+The loader's workers report their own CPU and run-queue time per batch (the spans);
+the main process (training loop, hand-off, pin-memory thread) and the rest of the
+machine (other jobs) are read here, so the analyzer can price cores, not workers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+#: /proc/stat counts in clock ticks.
+_TICK = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+
+class Snapshot(NamedTuple):
+    """CPU seconds so far: this process (all its threads) and the whole machine (busy)."""
+
+    self_cpu_s: float
+    machine_busy_s: float
+
+
+def snapshot() -> Snapshot:
+    t = os.times()
+    return Snapshot(t.user + t.system, machine_busy_s())
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine spent busy (not idle, not waiting on I/O)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) * _TICK
+
+
+def cores_available() -> int:
+    """Cores this process may run on (its affinity), else the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1

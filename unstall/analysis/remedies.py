@@ -1,0 +1,153 @@
+"""unstall's own remedies, priced for this job: what changes, what it is predicted to give.
+
+Loader settings (workers, cache) are searched by `unstall.analysis.recommend` and can be
+applied with ``unstall run --config``. A job whose cores are all busy preparing needs
+less CPU per sample, which only a change of pipeline gives; those are priced here from
+short measurements on the job's own samples, never assumed:
+
+- ``lean``: unstall's `ImagePipeline(output="uint8")` (decode at reduced scale, crop,
+  flip; normalize on the device), timed on a few of the job's own JPEGs;
+- ``coordinate``: K jobs of a sweep on one node preparing each batch once;
+- ``gpu``: GPU decode, where a GPU decoder and a CUDA device are present (its rate is
+  not guessed: measured on that machine, or reported as not measured);
+- ``cache``: the disk tier or peers for a fetch-bound job (the samples come from local
+  disk from the second epoch).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from typing import Any
+
+from unstall.analysis.model import Config, Rates, predict
+
+#: Images timed for the lean pipeline (enough for a stable mean, a fraction of a second).
+LEAN_SAMPLES = 24
+
+
+def remedies(
+    rates: Rates,
+    base: Config,
+    *,
+    bottleneck: str,
+    measured: float,
+    files: list[str],
+    unknown: dict[str, str],
+) -> list[dict[str, Any]]:
+    """Each remedy that applies to this bottleneck, with its prediction or why it has none."""
+    out: list[dict[str, Any]] = []
+    if bottleneck == "prep" and "prep" not in unknown:
+        out.append(_lean(rates, base, files, measured))
+        for k in (2, 4):
+            cheaper = replace(rates, prep_cpu_s=rates.prep_cpu_s / k)
+            out.append(
+                _row(
+                    "coordinate",
+                    f"if {k} jobs on this node read the same data (a sweep): "
+                    "DataLoader(coordinate=True) in each prepares every batch once for all",
+                    predict(cheaper, base).samples_per_s,
+                    measured,
+                    applies="unstall.DataLoader(..., coordinate=True) in each job "
+                    "(or UNSTALL_CONFIG with coordinate)",
+                )
+            )
+        out.append(_gpu())
+    if bottleneck == "fetch" and "fetch" not in unknown:
+        local = replace(rates, latency_s=0.0, bandwidth=1e12)
+        out.append(
+            _row(
+                "cache",
+                "keep the samples on this node: unstall.Cache(disk=...) (local disk tier, "
+                "on by default for s3://) or peers=unstall.Peers() across nodes; from the "
+                "second epoch storage is no longer read",
+                predict(local, base).samples_per_s,
+                measured,
+                applies="unstall.ImageFolder/FileDataset with cache=unstall.Cache(...)",
+            )
+        )
+    return out
+
+
+def _row(name: str, what: str, predicted: float | None, measured: float, **kw: Any) -> dict:
+    return {
+        "remedy": name,
+        "what": what,
+        "predicted_samples_per_s": round(predicted, 1) if predicted is not None else None,
+        "predicted_speedup": round(predicted / measured, 2) if predicted and measured else None,
+        **kw,
+    }
+
+
+def _lean(rates: Rates, base: Config, files: list[str], measured: float) -> dict[str, Any]:
+    """unstall's lean uint8 pipeline timed on the job's own JPEGs."""
+    what = (
+        "unstall.ImageFolder(root, transform=ImagePipeline(output='uint8')) with "
+        "DataLoader(device='cuda'): decode at reduced scale + crop + flip on the CPU, "
+        "normalize on the GPU"
+    )
+    applies = "a change of dataset in the script (a few lines)"
+    cpu = lean_cpu_per_sample(files)
+    if cpu is None:
+        return _row(
+            "lean",
+            what,
+            None,
+            measured,
+            applies=applies,
+            not_measured="the dataset names no JPEG files to time the lean pipeline on",
+        )
+    # the job's own per-sample CPU beyond decoding (its __getitem__'s file read and
+    # tensor work) is replaced by the pipeline's: CPU per sample becomes the measured one
+    lean = replace(rates, prep_cpu_s=cpu)
+    row = _row("lean", what, predict(lean, base).samples_per_s, measured, applies=applies)
+    row["worker_cpu_ms_per_sample"] = {
+        "now": round(rates.prep_cpu_s * 1e3, 3),
+        "lean": round(cpu * 1e3, 3),
+    }
+    return row
+
+
+def lean_cpu_per_sample(files: list[str]) -> float | None:
+    """CPU seconds per sample of `ImagePipeline(output="uint8")` on these JPEGs (read included)."""
+    from unstall.pipeline import ImagePipeline
+
+    paths = [f for f in files if os.path.isfile(f)][:LEAN_SAMPLES]
+    if not paths:
+        return None
+    pipeline = ImagePipeline(output="uint8", seed=0)
+    done = 0
+    c0 = time.thread_time()
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                pipeline(f.read())
+            done += 1
+        except Exception:
+            continue
+    cpu = time.thread_time() - c0
+    return cpu / done if done else None
+
+
+def _gpu() -> dict[str, Any]:
+    """GPU decode: listed with what would be needed; priced only where measured."""
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except Exception:
+        cuda = False
+    reason = (
+        "not measured: needs a run on the GPU (`unstall bench train --model NAME`)"
+        if cuda
+        else "not measured: no CUDA device on this machine"
+    )
+    return {
+        "remedy": "gpu",
+        "what": "decode and augment on the GPU: DataLoader(device='cuda', prep='gpu')",
+        "predicted_samples_per_s": None,
+        "predicted_speedup": None,
+        "not_measured": reason,
+        "applies": "unstall.ImageFolder + DataLoader(device='cuda', prep='gpu')",
+    }
