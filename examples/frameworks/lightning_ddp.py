@@ -13,7 +13,7 @@ from lightning_train import Classifier, parse, trainer_kwargs
 def main() -> None:
     args = parse()
     L.seed_everything(0, verbose=False)
-    model = Classifier(args.batch_size, args.workers, args.samples)
+    model = Classifier(args.batch_size, args.workers, args.samples, args.ids)
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", **trainer_kwargs(args.epochs))
     trainer.fit(model)
     if trainer.global_rank == 0:

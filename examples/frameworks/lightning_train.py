@@ -7,6 +7,8 @@ validation. Try it plainly, then ``unstall run -- python examples/frameworks/lig
 """
 
 import argparse
+import json
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -27,21 +29,29 @@ class Points(Dataset):
         g = torch.Generator().manual_seed(self.offset + index)
         label = index % 2
         x = torch.randn(16, generator=g) + (1.0 if label else -1.0)
-        return x, label
+        return x, label, index
 
 
 class Classifier(L.LightningModule):
-    def __init__(self, batch_size: int, workers: int, samples: int):
+    def __init__(self, batch_size: int, workers: int, samples: int, ids: str | None = None):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
         self.batch_size, self.workers, self.samples = batch_size, workers, samples
+        self.ids, self.seen = ids, []
 
     def training_step(self, batch, batch_idx):
-        x, y = batch
+        x, y, index = batch
+        self.seen.extend(index.tolist())
         return nn.functional.cross_entropy(self.net(x), y)
 
+    def on_train_epoch_end(self):
+        if self.ids:  # the sample ids this rank trained on in this epoch
+            path = Path(self.ids) / f"rank{self.global_rank}-epoch{self.current_epoch}.json"
+            path.write_text(json.dumps(self.seen))
+        self.seen = []
+
     def validation_step(self, batch, batch_idx):
-        x, y = batch
+        x, y, _ = batch
         self.log("val_loss", nn.functional.cross_entropy(self.net(x), y), sync_dist=True)
 
     def configure_optimizers(self):
@@ -69,6 +79,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--ids", help="a folder: write the sample ids trained on per rank, epoch")
     return parser.parse_args()
 
 
@@ -86,7 +97,7 @@ def trainer_kwargs(epochs: int) -> dict:
 def main() -> None:
     args = parse()
     L.seed_everything(0, verbose=False)
-    model = Classifier(args.batch_size, args.workers, args.samples)
+    model = Classifier(args.batch_size, args.workers, args.samples, args.ids)
     trainer = L.Trainer(accelerator="cpu", devices=1, **trainer_kwargs(args.epochs))
     trainer.fit(model)
     print(f"trained {trainer.current_epoch} epochs, {trainer.global_step} steps")

@@ -225,7 +225,11 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
 
     def _new_iterator(self) -> Any:
         if self._passthrough:
-            return PassthroughIterator(self, _start(self._inner), self._stats)
+            try:  # an iterable dataset with __len__ has a length (torch's estimate)
+                length: int | None = len(self._inner)
+            except TypeError:
+                length = None
+            return PassthroughIterator(self, _start(self._inner), self._stats, length)
         self._order()
         epoch, start = self._next_epoch, self._pending_start
         self._next_epoch, self._pending_start = epoch + 1, 0

@@ -200,11 +200,7 @@ class SizedIterator(_Timed):
 class PassthroughIterator(_Timed):
     """torch's own iterator (iterable datasets), with the training loop's waits timed."""
 
-    def __init__(self, loader: Any, torch_iter: Any, stats: LoaderStats):
-        try:
-            length: int | None = len(torch_iter)
-        except TypeError:
-            length = None
+    def __init__(self, loader: Any, torch_iter: Any, stats: LoaderStats, length: int | None):
         super().__init__(loader, torch_iter, stats, length, self._record_epoch)
 
     def _record_epoch(self) -> None:
