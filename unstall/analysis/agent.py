@@ -44,7 +44,6 @@ class Watch:
     index: int
     burst: int
     handed: list[Handout] = field(default_factory=list)
-    samples_seen: int = 0
     segs: dict[int, int] = field(default_factory=dict)  # id(iterator position) -> segment
 
     def seg_of(self) -> int:
@@ -76,10 +75,12 @@ class Agent:
         if self.mode == "cold":
             _evict_first(loader, self.warmup + 4 * (watch.burst + self.min_steps))
 
-    def batch(self, loader: Any, wait_s: float) -> None:
+    def batch(self, loader: Any, wait_s: float, samples: int | None = None) -> None:
         watch = self.watches.get(id(loader))
         if watch is not None and not self._fetching:
-            self.record(watch, wait_s, _new_samples(watch))
+            if samples is None:  # counted from the batch by the loader; else its batch size
+                samples = int(getattr(loader, "batch_size", None) or 1)
+            self.record(watch, wait_s, samples)
 
     def finished(self, loader: Any) -> None:
         pass
@@ -203,18 +204,6 @@ class _Sized:
 def _handout(wait_s: float, samples: int, seg: int) -> Handout:
     snap = snapshot()
     return Handout(time.perf_counter(), wait_s, samples, seg, snap.self_cpu_s, snap.machine_busy_s)
-
-
-def _new_samples(watch: Watch) -> int:
-    """Samples in the batch just handed out, counted from the batches (the loader's stats)."""
-    stats = getattr(watch.loader, "_stats", None)
-    total = getattr(stats, "samples", None)
-    if total is None:
-        size = getattr(watch.loader, "batch_size", None)
-        return int(size) if size else 1
-    n = total - watch.samples_seen
-    watch.samples_seen = total
-    return max(0, int(n))
 
 
 def _batch_len(batch: Any) -> int:

@@ -8,6 +8,7 @@ traceback are the program's own, with nothing in between to forward them.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -38,7 +39,12 @@ def run_env(
     if package_root.name not in ("site-packages", "dist-packages"):  # a source checkout
         paths.insert(1, str(package_root))  # so `import unstall` works from any directory
     env["PYTHONPATH"] = ":".join(dict.fromkeys(paths))
-    env["UNSTALL_RUN_DIR"] = tempfile.mkdtemp(prefix="unstall-run-")
+    # named, not made: the first process that writes a report makes it (so a command
+    # with no Python in it leaves nothing behind)
+    token = secrets.token_hex(4)
+    env["UNSTALL_RUN_DIR"] = os.path.join(
+        tempfile.gettempdir(), f"unstall-run-{os.getpid()}-{token}"
+    )
     env["UNSTALL_RUN_ROOT"] = str(os.getpid() if root_pid is None else root_pid)
     if json_path:
         env["UNSTALL_RUN_JSON"] = str(Path(json_path).resolve())
@@ -54,6 +60,5 @@ def exec_command(command: Sequence[str], env: dict[str, str]) -> None:
     """Become ``command`` (found on PATH); raises FileNotFoundError naming it if absent."""
     program = shutil.which(command[0], path=env.get("PATH")) or command[0]
     if not os.path.exists(program):
-        shutil.rmtree(env["UNSTALL_RUN_DIR"], ignore_errors=True)
         raise FileNotFoundError(f"unstall run: command not found: {command[0]!r}")
     os.execve(program, list(command), env)

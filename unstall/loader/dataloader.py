@@ -11,6 +11,7 @@ run on that torch loader itself, with the training loop's waits timed.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -130,6 +131,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._pending_start = 0
         self._epoch_set = False
         self._position: list[int] | None = None  # [epoch, batches handed out] of the last iter
+        self._current: weakref.ref[Any] | None = None  # the last iter(): replaced by the next
         self._passthrough = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
             dataset, "__len__"
         )
@@ -218,8 +220,20 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             override = hooks.iterate_override(self)
             if override is not None:
                 return override
+        previous = self._current() if self._current is not None else None
+        if previous is not None:  # replaced: its epoch ends here (it may still be used on)
+            previous.end_epoch()
+        it = self._new_iterator()
+        self._current = weakref.ref(it)
+        return it
+
+    def _new_iterator(self) -> Any:
         if self._passthrough:
-            return PassthroughIterator(self, _start(self._inner), self._stats)
+            try:  # an iterable dataset with __len__ has a length (torch's estimate)
+                length: int | None = len(self._inner)
+            except TypeError:
+                length = None
+            return PassthroughIterator(self, _start(self._inner), self._stats, length)
         self._order()
         epoch, start = self._next_epoch, self._pending_start
         self._next_epoch, self._pending_start = epoch + 1, 0
@@ -241,7 +255,6 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             torch_iter = self._coordination.receive(torch_iter, epoch, start)
         end = lambda: stats.close_epoch(position[0], self._source_stats())  # noqa: E731
         if self.device is not None:
-            stats.begin()
             stage = DeviceStage(
                 self.device, self._device_transform, prep=self._gpu_prep, timed=stats.add_stage
             )
@@ -253,9 +266,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
                 handoff=self._handoff,
                 unpack_inline=self._unpack,
                 main_cpu=self._main_cpu,
-                on_epoch_end=end,
             )
-            return SizedIterator(self, gen, length, stats)
+            return SizedIterator(self, gen, stats, length, end)
         return EpochIterator(
             self,
             torch_iter,

@@ -20,7 +20,7 @@ from unstall.loader.device import DeviceStage
 from unstall.loader.failures import raise_if_failed
 from unstall.loader.handoff import unpack
 from unstall.loader.slot_handoff import SlotHandoff
-from unstall.loader.stats import LoaderStats, batch_size_of
+from unstall.loader.stats import LoaderStats
 
 log = logging.getLogger("unstall")
 
@@ -123,12 +123,12 @@ def iterate_on_device(
     handoff: SlotHandoff | None,
     unpack_inline: bool,
     main_cpu: list[Any],
-    on_epoch_end: Callable[[], None],
 ) -> Iterator[Any]:
     """Yield device batches, keeping one submitted ahead of the one handed out.
 
     Slots are freed at each request once nothing (the stage included) references
-    their host batches.
+    their host batches. The caller (`iterate.SizedIterator`) times the waits,
+    counts the samples and ends the epoch.
     """
     if handoff is not None and handoff.size == 0:
         handoff = None  # batches too small for slots: inline unpacking only
@@ -159,8 +159,6 @@ def iterate_on_device(
                 break
             out = stage.finish(pending)
             pending = handle
-            stats.wait.add(time.perf_counter() - t0)
-            stats.samples += batch_size_of(out)
             position[1] += 1
             main_cpu[0] += time.thread_time() - c0
             main_cpu[1] += 1
@@ -168,12 +166,9 @@ def iterate_on_device(
             t0, c0 = time.perf_counter(), time.thread_time()
             if pending is None:
                 break
-        stats.epochs_completed += 1
-        on_epoch_end()
     except BaseException as exc:
         if handoff is not None and not isinstance(exc, GeneratorExit):
             handoff.retire()
         raise
     finally:
         stage.close()
-        stats.end()
