@@ -153,6 +153,7 @@ class Agent:
             watch = max(self.watches.values(), key=lambda w: (len(w.handed), -w.index))
         window = self.window(watch)
         loader = watch.loader
+        files = _files_of(getattr(loader, "dataset", None))
         stats = loader.stats() if self.mode != "synthetic" else {}
         timeline = stats.pop("timeline", [])
         doc = {
@@ -174,7 +175,8 @@ class Agent:
             "pin_memory": bool(getattr(loader, "pin_memory", False)),
             "batch_size": getattr(loader, "batch_size", None),
             "dataset": type(getattr(loader, "dataset", None)).__name__,
-            "files": _files_of(getattr(loader, "dataset", None)),
+            "files": files,
+            "lean_probe": _lean_probe(loader.dataset, files) if self.mode == "cold" else None,
             "timeline": [s for s in timeline if window.covers(s[1])],
             "stats": {k: v for k, v in stats.items() if k != "per_epoch"},
             "loaders": [_summary(w, w is watch) for w in self.watches.values()],
@@ -253,7 +255,18 @@ def _read_stop(path: str) -> tuple[int, int] | None:
 
 
 def _rank() -> int:
-    return int(os.environ.get("RANK", "0") or 0)
+    """This process's rank: torch.distributed's when it runs (frameworks start ranks their own
+    way), else torchrun's ``RANK``, else ``LOCAL_RANK``, else 0."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except (RuntimeError, ValueError):
+        pass
+    env = os.environ
+    return int(env.get("RANK") or env.get("LOCAL_RANK") or 0)
 
 
 def _files_of(dataset: Any) -> list[str]:
@@ -270,6 +283,40 @@ def _files_of(dataset: Any) -> list[str]:
             ):
                 out.append(os.fspath(path))
     return out
+
+
+def _lean_probe(dataset: Any, files: list[str]) -> dict[str, float] | None:
+    """CPU seconds per sample of the job's own ``dataset[i]`` and of unstall's lean pipeline
+    on the same JPEGs, timed side by side in this process (same machine, same moment): their
+    ratio prices the lean remedy."""
+    if not files:
+        return None
+    import torch
+
+    from unstall.analysis.remedies import lean_pipeline_cpu
+
+    listed = getattr(dataset, "samples", None) or getattr(dataset, "imgs", None) or []
+    paths = {os.fspath(item[0]): i for i, item in enumerate(listed)}
+    chosen = [(f, paths[f]) for f in files if f in paths][:16]
+    indices = [i for _, i in chosen]
+    if len(indices) < 4:
+        return None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a worker
+    try:
+        dataset[indices[0]]  # warm: imports, plugin lookups
+        c0 = time.thread_time()
+        for i in indices:
+            dataset[i]
+        own = (time.thread_time() - c0) / len(indices)
+        lean = lean_pipeline_cpu([f for f, _ in chosen])
+    except Exception:  # the probe is optional: no figure then
+        return None
+    finally:
+        torch.set_num_threads(threads)
+    if lean is None or own <= 0:
+        return None
+    return {"own_cpu_s": own, "lean_cpu_s": lean, "samples": len(indices)}
 
 
 def _evict_first(loader: Any, batches: int) -> None:

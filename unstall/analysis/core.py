@@ -64,6 +64,8 @@ class Analysis:
     extra: dict[str, Any] = field(default_factory=dict)
     #: the measured samples/s of the job as it is (default: the cold run's)
     measured: float | None = None
+    #: other processes kept cores busy while the job was measured
+    shared: bool = False
 
     @property
     def base_config(self) -> Config:
@@ -180,6 +182,7 @@ def analyze_workload(
         notes=notes,
         cached_hit_rate=hit,
         unknown=unknown,
+        shared=runs["cold"].other_cores() >= OTHER_CORES,
     )
 
 

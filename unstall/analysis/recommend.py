@@ -100,12 +100,15 @@ def recommend(
     measured: float,
     *,
     unknown: dict[str, str] | None = None,
+    shared: bool = False,
 ) -> dict[str, Any]:
     """The cheapest configuration within 3 % of the best the model finds on this machine.
 
     Never one predicted slower than the job measured as it is; fewer workers only where
     the workers' own measured time per sample shows the fewer can keep the measured rate
-    (``LOWER_MARGIN`` above it); nothing that rests on a rate that was not measured.
+    (``LOWER_MARGIN`` above it) and the machine is not ``shared`` with other busy jobs (the
+    scheduler shares cores by runnable threads: fewer workers would get a smaller share, so
+    there is no evidence either way); nothing that rests on a rate that was not measured.
     """
     unknown = unknown or {}
     top_cache = max_cache_fraction(rates, num_samples)
@@ -118,7 +121,7 @@ def recommend(
             caches = [base.cache]
         per_worker = per_worker_rate(rates, base)
         for w in worker_steps(rates.cores, base.workers):
-            if w < base.workers and w * per_worker < LOWER_MARGIN * measured:
+            if w < base.workers and (shared or w * per_worker < LOWER_MARGIN * measured):
                 continue  # no measured evidence that fewer workers keep the rate
             for c in caches:
                 config = replace(base, workers=w, cache=c)

@@ -6,7 +6,8 @@ less CPU per sample, which only a change of pipeline gives; those are priced her
 short measurements on the job's own samples, never assumed:
 
 - ``lean``: unstall's `ImagePipeline(output="uint8")` (decode at reduced scale, crop,
-  flip; normalize on the device), timed on a few of the job's own JPEGs;
+  flip; normalize on the device), timed beside the job's own ``dataset[i]`` on a few of
+  its JPEGs, in the job's process (`unstall.analysis.agent`);
 - ``coordinate``: K jobs of a sweep on one node preparing each batch once;
 - ``gpu``: GPU decode, where a GPU decoder and a CUDA device are present (its rate is
   not guessed: measured on that machine, or reported as not measured);
@@ -33,13 +34,13 @@ def remedies(
     *,
     bottleneck: str,
     measured: float,
-    files: list[str],
+    probe: dict[str, float] | None,
     unknown: dict[str, str],
 ) -> list[dict[str, Any]]:
     """Each remedy that applies to this bottleneck, with its prediction or why it has none."""
     out: list[dict[str, Any]] = []
     if bottleneck == "prep" and "prep" not in unknown:
-        out.append(_lean(rates, base, files, measured))
+        out.append(_lean(rates, base, probe, measured))
         for k in (2, 4):
             cheaper = replace(rates, prep_cpu_s=rates.prep_cpu_s / k)
             out.append(
@@ -80,36 +81,38 @@ def _row(name: str, what: str, predicted: float | None, measured: float, **kw: A
     }
 
 
-def _lean(rates: Rates, base: Config, files: list[str], measured: float) -> dict[str, Any]:
-    """unstall's lean uint8 pipeline timed on the job's own JPEGs."""
+def _lean(
+    rates: Rates, base: Config, probe: dict[str, float] | None, measured: float
+) -> dict[str, Any]:
+    """unstall's lean uint8 pipeline, priced by its CPU per sample against the job's own
+    ``dataset[i]``, both timed side by side on the job's own JPEGs."""
     what = (
         "unstall.ImageFolder(root, transform=ImagePipeline(output='uint8')) with "
         "DataLoader(device='cuda'): decode at reduced scale + crop + flip on the CPU, "
         "normalize on the GPU"
     )
     applies = "a change of dataset in the script (a few lines)"
-    cpu = lean_cpu_per_sample(files)
-    if cpu is None:
+    if not probe:
         return _row(
             "lean",
             what,
             None,
             measured,
             applies=applies,
-            not_measured="the dataset names no JPEG files to time the lean pipeline on",
+            not_measured="the dataset lists no JPEG files (`samples`) to time the pipeline on",
         )
-    # the job's own per-sample CPU beyond decoding (its __getitem__'s file read and
-    # tensor work) is replaced by the pipeline's: CPU per sample becomes the measured one
-    lean = replace(rates, prep_cpu_s=cpu)
+    ratio = probe["lean_cpu_s"] / probe["own_cpu_s"]
+    lean = replace(rates, prep_cpu_s=rates.prep_cpu_s * ratio)
     row = _row("lean", what, predict(lean, base).samples_per_s, measured, applies=applies)
     row["worker_cpu_ms_per_sample"] = {
         "now": round(rates.prep_cpu_s * 1e3, 3),
-        "lean": round(cpu * 1e3, 3),
+        "lean": round(rates.prep_cpu_s * ratio * 1e3, 3),
     }
+    row["probe"] = {k: round(v, 6) for k, v in probe.items()}
     return row
 
 
-def lean_cpu_per_sample(files: list[str]) -> float | None:
+def lean_pipeline_cpu(files: list[str]) -> float | None:
     """CPU seconds per sample of `ImagePipeline(output="uint8")` on these JPEGs (read included)."""
     from unstall.pipeline import ImagePipeline
 
@@ -117,6 +120,8 @@ def lean_cpu_per_sample(files: list[str]) -> float | None:
     if not paths:
         return None
     pipeline = ImagePipeline(output="uint8", seed=0)
+    with open(paths[0], "rb") as f:
+        pipeline(f.read())  # warm: imports, first-call set-up
     done = 0
     c0 = time.thread_time()
     for path in paths:
@@ -124,7 +129,7 @@ def lean_cpu_per_sample(files: list[str]) -> float | None:
             with open(path, "rb") as f:
                 pipeline(f.read())
             done += 1
-        except Exception:
+        except Exception:  # an image it cannot read is not timed
             continue
     cpu = time.thread_time() - c0
     return cpu / done if done else None

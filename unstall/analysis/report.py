@@ -77,18 +77,25 @@ def build_report(a: Analysis, *, what_if: str | None = None) -> dict[str, Any]:
         "model_check": _model_check(a, base),
         "what_if": grid(a.rates, base, a.num_samples) if "prep" not in a.unknown else [],
         "curves": curves(a.rates, base, a.num_samples, a.fetch_rate or measured),
-        "recommendation": recommend(a.rates, base, a.num_samples, measured, unknown=a.unknown),
+        "recommendation": recommend(
+            a.rates,
+            base,
+            a.num_samples,
+            measured,
+            unknown=a.unknown,
+            shared=a.shared,
+        ),
         "remedies": remedies(
             a.rates,
             base,
             bottleneck=a.bottleneck,
             measured=measured,
-            files=a.extra.get("files", []),
+            probe=a.extra.get("lean_probe"),
             unknown=a.unknown,
         ),
         "notes": a.notes,
         "machine": {"cores": a.rates.cores, "python": platform.python_version()},
-        **{k: v for k, v in a.extra.items() if k != "files"},
+        **{k: v for k, v in a.extra.items() if k not in ("files", "lean_probe")},
     }
     if what_if:
         config = parse_what_if(what_if, base)
@@ -129,6 +136,7 @@ def progress_bar(console: Any = None) -> Any:
 def print_summary(report: dict[str, Any], console: Any = None) -> None:
     """Rich tables: the three rates, stall shares, the bottleneck sentence, the recommendation."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or Console()
@@ -140,7 +148,7 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
     nm = report.get("not_measured", {})
     per = report["prep_rate_per_worker"]
     rates.add_row(
-        f"P (prep, {report['num_workers']} workers, {report['cores']:g} cores)",
+        f"P (prep, {report['num_workers']} workers, {report['cores']:.1f} cores)",
         _rate(report["prep_rate"], nm.get("prep")),
         f"{per:,.0f}/s per worker (CPU time per sample)" if per else "",
     )
@@ -174,7 +182,7 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
             if r["predicted_samples_per_s"] is not None
             else r.get("not_measured", "not measured")
         )
-        console.print(f"  remedy [{r['remedy']}]: {r['what']}: {gain}")
+        console.print(escape(f"  remedy [{r['remedy']}]: {r['what']}: {gain}"))
     if len(report.get("loaders") or []) > 1:
         console.print(_loaders_table(report["loaders"]))
     v = report.get("verified")

@@ -155,6 +155,7 @@ def analysis_of(
                 f"the {mode} run ended before its window was complete: figures from "
                 f"{len(doc['steps'])} steady steps"
             )
+    notes += d.notes
     if d.oversubscribed["oversubscribed"]:
         share = d.oversubscribed["worker_runq_share"]
         notes.append(
@@ -183,13 +184,15 @@ def analysis_of(
         notes=notes,
         unknown=d.unknown,
         measured=d.measured,
+        shared=d.cores_used_by_others > 0,
         extra={
             "loaders": loaders,
             "measured_loader": cold.get("loader", 0),
             "oversubscription": d.oversubscribed,
-            "files": cold.get("files", []),
+            "lean_probe": cold.get("lean_probe"),
             "pin_memory": cold.get("pin_memory", False),
             "window": {m: figs[m].steps for m in figs},
+            "ingestion_rate_alone": round(d.ingestion_alone, 2),
         },
     )
 
