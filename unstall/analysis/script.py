@@ -103,6 +103,7 @@ def run_once(
     out = tempfile.mkdtemp(prefix="unstall-analyze-")
     env = run_env(root_pid=os.getpid(), config_path=config_path)
     env.update(
+        UNSTALL_BOOT_HOOKS="unstall.analysis.agent:install",  # the agent joins each process
         UNSTALL_ANALYZE_MODE=mode,
         UNSTALL_ANALYZE_OUT=out,
         UNSTALL_ANALYZE_WARMUP=str(window["warmup"]),

@@ -111,10 +111,21 @@ def _swap() -> None:
 
     patch_torch()
     report.watch()
-    if os.environ.get("UNSTALL_ANALYZE_MODE"):  # a run of `unstall analyze -- ...` (issue 17)
-        from unstall.analysis.agent import install
+    run_boot_hooks()
 
-        install()
+
+#: ``module:function`` entries (comma-separated) each process calls once the loader is
+#: swapped in: how a layer above (``unstall analyze``'s agent) joins a run without the
+#: launcher importing it.
+BOOT_HOOKS = "UNSTALL_BOOT_HOOKS"
+
+
+def run_boot_hooks() -> None:
+    import importlib
+
+    for entry in filter(None, os.environ.get(BOOT_HOOKS, "").split(",")):
+        module, _, name = entry.strip().partition(":")
+        getattr(importlib.import_module(module), name or "install")()
 
 
 def _at_exit() -> None:

@@ -20,7 +20,7 @@ from unstall.loader.fetch import BatchTask, FetchLayer
 from unstall.loader.on_device import declared_batch_bytes, default_device_transform, plan_prep
 from unstall.loader.sampling import OrderSpec, PlanSampler, UserBatchSampler
 from unstall.loader.slot_handoff import SlotHandoff, SlotSampler
-from unstall.loader.swap import TorchDataLoader
+from unstall.loader.torch_class import TorchDataLoader
 
 
 @dataclass
@@ -84,9 +84,9 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
     zero_copy = zero_copy and not unbatched
     coordination = None
     if a.get("coordinate"):  # issue 18: published batches are mapped, not sent through slots
-        from unstall.coordination import Coordination
+        from unstall.loader import extensions
 
-        coordination = Coordination(a["coordinate"], dataset, order, prep)
+        coordination = extensions.get("coordinate")(a["coordinate"], dataset, order, prep)
         weakref.finalize(owner, coordination.close)
         zero_copy = False
     if device is not None or zero_copy:

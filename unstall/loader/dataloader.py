@@ -28,7 +28,7 @@ from unstall.loader.on_device import iterate_on_device
 from unstall.loader.options import resolve_seed, resolve_world
 from unstall.loader.sampling import OrderView, worker_base_seed
 from unstall.loader.stats import LoaderStats
-from unstall.loader.swap import TorchDataLoader
+from unstall.loader.torch_class import TorchDataLoader
 from unstall.loader.worker_death import release_stuck_locks
 
 STATE_VERSION = 1
