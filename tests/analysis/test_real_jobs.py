@@ -119,6 +119,13 @@ def test_batch_sampler_counts_samples_from_the_batches(tmp_path):
     assert report["ingestion_rate"] == pytest.approx(2000, rel=0.10)
 
 
+@pytest.mark.timeout(300)
+def test_iterable_dataset_workers_are_read_from_the_os(tmp_path):
+    report = analyze(tmp_path, "--workers", "2", "--iterable", "--cpu-ms", "4")
+    check_truth(report, g=2000, workers=2, cpu_s=0.004, bottleneck="prep")
+    assert any("iterable dataset" in n for n in report["notes"])
+
+
 def test_steady_window_skips_each_iterators_burst_and_settles():
     hs: list[Handout] = []
     t = 0.0

@@ -22,6 +22,7 @@ evicted from the page cache first, when the dataset names its files) and
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import time
@@ -29,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from unstall.analysis.procstat import snapshot
+from unstall.analysis.procstat import snapshot, workers_cpu
 from unstall.analysis.steady import Handout, Window, burst_depth, enough, steady_window
 from unstall.loader import hooks
 
@@ -90,10 +91,14 @@ class Agent:
         watch = self.watches.get(id(loader))
         if self.mode != "synthetic" or watch is None or self._fetching:
             return None
-        return _Sized(self._repeat(watch), len(loader))
+        try:
+            length: int | None = len(loader)
+        except TypeError:  # an iterable dataset without a length: as many as asked for
+            length = None
+        return _Sized(self._repeat(watch, length), length)
 
     # ---------------------------------------------------------------------------
-    def _repeat(self, watch: Watch) -> Iterator[Any]:
+    def _repeat(self, watch: Watch, length: int | None) -> Iterator[Any]:
         loader = watch.loader
         if not hasattr(watch, "batch"):
             self._fetching = True
@@ -106,13 +111,13 @@ class Agent:
             watch.n = _batch_len(watch.batch)  # type: ignore[attr-defined]
         seg = len(watch.segs)
         watch.segs[-seg - 1] = seg
-        for _ in range(len(loader)):
+        for _ in range(length) if length is not None else itertools.count():
             watch.handed.append(_handout(0.0, watch.n, seg))  # type: ignore[attr-defined]
             self._check(watch)
             yield watch.batch  # type: ignore[attr-defined]
 
     def record(self, watch: Watch, wait_s: float, samples: int) -> None:
-        watch.handed.append(_handout(wait_s, samples, watch.seg_of()))
+        watch.handed.append(_handout(wait_s, samples, watch.seg_of(), _worker_pids(watch)))
         self._check(watch)
 
     def _check(self, watch: Watch) -> None:
@@ -169,6 +174,8 @@ class Agent:
             "burst": watch.burst,
             "batches": len(watch.handed),
             "main_cpu_s": window.main_cpu_s,
+            "workers_cpu_s": window.workers_cpu_s,
+            "workers_runq_s": window.workers_runq_s,
             "machine_busy_s": window.machine_busy_s,
             "num_workers": getattr(loader, "num_workers", 0),
             "prefetch_factor": getattr(loader, "prefetch_factor", None),
@@ -190,7 +197,7 @@ class Agent:
 class _Sized:
     """A generator with the epoch's length (frameworks ask ``len`` of what they iterate)."""
 
-    def __init__(self, gen: Iterator[Any], length: int):
+    def __init__(self, gen: Iterator[Any], length: int | None):
         self._gen, self._length = gen, length
 
     def __iter__(self) -> _Sized:
@@ -200,12 +207,35 @@ class _Sized:
         return next(self._gen)
 
     def __len__(self) -> int:
+        if self._length is None:
+            raise TypeError("the loader's dataset has no length")
         return self._length
 
 
-def _handout(wait_s: float, samples: int, seg: int) -> Handout:
+def _handout(wait_s: float, samples: int, seg: int, pids: list[int] | None = None) -> Handout:
     snap = snapshot()
-    return Handout(time.perf_counter(), wait_s, samples, seg, snap.self_cpu_s, snap.machine_busy_s)
+    w_cpu, w_runq = workers_cpu(pids) if pids else (0.0, 0.0)
+    return Handout(
+        time.perf_counter(),
+        wait_s,
+        samples,
+        seg,
+        snap.self_cpu_s,
+        snap.machine_busy_s,
+        w_cpu,
+        w_runq,
+    )
+
+
+def _worker_pids(watch: Watch) -> list[int] | None:
+    """The worker processes of a loader on torch's own iterator (an iterable dataset), whose
+    batches carry no timings: they are read from /proc instead."""
+    if not getattr(watch.loader, "_passthrough", False):
+        return None
+    current = getattr(watch.loader, "_current", None)
+    it = current() if callable(current) else None
+    workers = getattr(getattr(it, "_torch_iter", None), "_workers", None) or []
+    return [p.pid for p in workers if getattr(p, "pid", None)]
 
 
 def _batch_len(batch: Any) -> int:

@@ -42,3 +42,23 @@ def cores_available() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def workers_cpu(pids: list[int]) -> tuple[float, float]:
+    """(CPU seconds, seconds waiting for a core) these processes have used so far, together.
+
+    For workers that report no per-batch timings (an iterable dataset on torch's own
+    iterator): ``/proc/PID/stat`` (user + system ticks) and ``/proc/PID/schedstat``.
+    A process that is gone counts nothing.
+    """
+    cpu = runq = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            cpu += (int(fields[11]) + int(fields[12])) * _TICK
+            with open(f"/proc/{pid}/schedstat", "rb") as f:
+                runq += int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    return cpu, runq

@@ -78,6 +78,18 @@ def figures(doc: dict[str, Any]) -> WindowFigures:
         out.worker_runq_s = runq / n
         out.worker_io_s = max(0.0, task_wall - cpu - runq) / n
         out.spans = len(spans)
+    elif samples and doc.get("workers_cpu_s", 0.0) > 0:
+        # an iterable dataset's workers, from /proc over the window: a worker's time that is
+        # neither CPU nor waiting for a core is I/O (or idle, when the loop does not wait)
+        workers = int(doc.get("num_workers") or 0)
+        cpu, runq = doc["workers_cpu_s"], doc.get("workers_runq_s", 0.0)
+        out.worker_cpu_s = cpu / samples
+        out.worker_runq_s = runq / samples
+        out.worker_io_s = max(0.0, workers * wall - cpu - runq) / samples
+        out.notes.append(
+            "iterable dataset: its workers' CPU and run-queue time read from /proc over the "
+            "window (a worker's idle time counts as I/O)"
+        )
     if samples:
         out.proc_cpu_s = max(0.0, float(doc.get("main_cpu_s", 0.0))) / samples
         stats = doc.get("stats") or {}
@@ -131,6 +143,7 @@ def derive(runs: dict[str, WindowFigures], *, cores: int, workers: int, batch: i
         c, q, io = 0.0, 0.0, 0.0
     else:
         c, q, io = src.worker_cpu_s, src.worker_runq_s or 0.0, src.worker_io_s or 0.0
+        notes += src.notes
     others = src.other_cores if src.other_cores >= OTHER_FLOOR else 0.0
     free = max(0.5, cores - others)
     fetch_rate: float | None = None

@@ -29,6 +29,8 @@ class Handout:
     seg: int
     cpu: float = 0.0
     busy: float = 0.0
+    workers_cpu: float = 0.0  # iterable datasets' workers, from /proc (no per-batch spans)
+    workers_runq: float = 0.0
 
 
 @dataclass
@@ -39,6 +41,8 @@ class Window:
     bounds: list[tuple[float, float]] = field(default_factory=list)  # per iterator: start, end
     main_cpu_s: float = 0.0
     machine_busy_s: float = 0.0
+    workers_cpu_s: float = 0.0
+    workers_runq_s: float = 0.0
     skipped: int = 0
 
     @property
@@ -83,6 +87,8 @@ def steady_window(handouts: list[Handout], *, skip_first: int, skip_each: int) -
             out.steps.append((a.wait, compute, a.n))
             out.main_cpu_s += b.cpu - a.cpu
             out.machine_busy_s += b.busy - a.busy
+            out.workers_cpu_s += max(0.0, b.workers_cpu - a.workers_cpu)
+            out.workers_runq_s += max(0.0, b.workers_runq - a.workers_runq)
         out.bounds.append((pairs[0][0].t - pairs[0][0].wait, pairs[-1][1].t))
     return out
 

@@ -33,6 +33,19 @@ class ValSet(TrainSet):
     pass
 
 
+class Stream(torch.utils.data.IterableDataset):
+    """The same samples as an iterable dataset: each worker yields its share."""
+
+    def __init__(self, n: int, cpu_s: float):
+        self.inner = TrainSet(n, cpu_s, 0.0)
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        k, w = (info.id, info.num_workers) if info else (0, 1)
+        for i in range(k, len(self.inner), w):
+            yield self.inner[i]
+
+
 class Model:
     """Takes batch / rate seconds per step, sleeping; oversleeping is made up on the next step."""
 
@@ -60,11 +73,16 @@ def main() -> None:
     p.add_argument("--io-ms", type=float, default=0.0)
     p.add_argument("--rate", type=float, default=2000.0)
     p.add_argument("--batch-sampler", action="store_true")
+    p.add_argument("--iterable", action="store_true")
     a = p.parse_args()
     torch.manual_seed(0)
     data = TrainSet(a.samples, a.cpu_ms / 1e3, a.io_ms / 1e3)
     extra = {"prefetch_factor": a.prefetch} if a.prefetch else {}
-    if a.batch_sampler:
+    if a.iterable:
+        train = DataLoader(
+            Stream(a.samples, a.cpu_ms / 1e3), batch_size=a.batch, num_workers=a.workers, **extra
+        )
+    elif a.batch_sampler:
         sampler = torch.utils.data.BatchSampler(
             torch.utils.data.RandomSampler(data), batch_size=a.batch, drop_last=True
         )
