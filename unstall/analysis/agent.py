@@ -66,6 +66,7 @@ class Agent:
         self.stop_at: tuple[int, int] | None = None  # (loader index, batches) from any rank
         self._stop_file = os.path.join(out, f"stop-{mode}.json")
         self._fetching = False  # the synthetic run taking its one real batch
+        self.evicted = False  # the cold run dropped some files from the page cache
 
     # hooks.Observer ------------------------------------------------------------
     def created(self, loader: Any) -> None:
@@ -73,8 +74,9 @@ class Agent:
             return
         watch = Watch(loader, len(self.watches), burst_depth(loader))
         self.watches[id(loader)] = watch
-        if self.mode == "cold":
-            _evict_first(loader, self.warmup + 4 * (watch.burst + self.min_steps))
+        batches = self.warmup + 4 * (watch.burst + self.min_steps)
+        if self.mode == "cold" and _evict_first(loader, batches):
+            self.evicted = True
 
     def batch(self, loader: Any, wait_s: float, samples: int | None = None) -> None:
         watch = self.watches.get(id(loader))
@@ -166,6 +168,7 @@ class Agent:
             "pid": os.getpid(),
             "rank": _rank(),
             "complete": complete,
+            "evicted": self.evicted,
             "loader": watch.index,
             "steps": window.steps,
             "start": window.bounds[0][0] if window.bounds else 0.0,
@@ -349,19 +352,19 @@ def _lean_probe(dataset: Any, files: list[str]) -> dict[str, float] | None:
     return {"own_cpu_s": own, "lean_cpu_s": lean, "samples": len(indices)}
 
 
-def _evict_first(loader: Any, batches: int) -> None:
+def _evict_first(loader: Any, batches: int) -> bool:
     """Drop the files the first ``batches`` batches read from the page cache, if it can tell."""
     from unstall.analysis.runs import evict
 
     order = getattr(loader, "order", None)
     if order is None:
-        return
+        return False
     indices: list[int] = []
     for b, batch in enumerate(order.batches(getattr(loader, "epoch", 0))):
         if b >= batches:
             break
         indices.extend(batch)
-    evict(loader.dataset, indices)
+    return evict(loader.dataset, indices)
 
 
 _agent: Agent | None = None

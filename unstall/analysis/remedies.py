@@ -50,8 +50,9 @@ def remedies(
                     "DataLoader(coordinate=True) in each prepares every batch once for all",
                     predict(cheaper, base).samples_per_s,
                     measured,
-                    applies="unstall.DataLoader(..., coordinate=True) in each job "
-                    "(or UNSTALL_CONFIG with coordinate)",
+                    applies="each job: unstall run --config FILE, FILE holding "
+                    '{"kwargs": {"coordinate": "SWEEP_NAME"}} (no edit of the script)',
+                    config={"kwargs": {"coordinate": "sweep"}},
                 )
             )
         out.append(_gpu())
