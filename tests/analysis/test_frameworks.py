@@ -8,48 +8,21 @@ carries the training loop and list the others.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.analysis.conftest import run_analyze
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAMEWORKS = ROOT / "examples" / "frameworks"
 
 
 def analyze(tmp_path: Path, script: str, *args: str) -> dict:
-    out = tmp_path / "report.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "unstall",
-            "analyze",
-            "--quick",
-            "--steps",
-            "6",
-            "--min-seconds",
-            "0.5",
-            "--json",
-            str(out),
-            "--html",
-            str(tmp_path / "html"),
-            "--",
-            sys.executable,
-            str(FRAMEWORKS / script),
-            *args,
-        ],
-        env={**os.environ, "PYTHONPATH": f"{ROOT}:{FRAMEWORKS}"},
-        capture_output=True,
-        text=True,
-        timeout=280,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(out.read_text())
+    options = ["--quick", "--steps", "6", "--min-seconds", "0.5"]
+    command = [sys.executable, str(FRAMEWORKS / script), *args]
+    return run_analyze(tmp_path, options, command, pythonpath=str(FRAMEWORKS))
 
 
 def measured_loader(report: dict) -> dict:

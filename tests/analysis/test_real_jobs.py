@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.analysis.conftest import run_analyze
 from unstall.analysis.steady import Handout, burst_depth, steady_window
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,33 +24,8 @@ CORES = len(os.sched_getaffinity(0))
 
 
 def analyze(tmp_path: Path, *args: str) -> dict:
-    out = tmp_path / "report.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "unstall",
-            "analyze",
-            "--quick",
-            "--min-seconds",
-            "2.5",
-            "--json",
-            str(out),
-            "--html",
-            str(tmp_path / "html"),
-            "--",
-            sys.executable,
-            str(SCRIPT),
-            *args,
-        ],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=150,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(out.read_text())
+    options = ["--quick", "--min-seconds", "2.5"]
+    return run_analyze(tmp_path, options, [sys.executable, str(SCRIPT), *args], timeout=150)
 
 
 def check_truth(report: dict, *, g: float, workers: int, cpu_s: float, bottleneck: str) -> None:
