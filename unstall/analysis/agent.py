@@ -155,10 +155,12 @@ class Agent:
         if self.written or not self.watches:
             return
         self.written = True
-        complete = watch is not None
+        if watch is None and self.stop_at is not None:  # ended before the named batch
+            watch = next((w for w in self.watches.values() if w.index == self.stop_at[0]), None)
         if watch is None:  # the script ended first: the loader with the most batches
             watch = max(self.watches.values(), key=lambda w: (len(w.handed), -w.index))
         window = self.window(watch)
+        complete = enough(window, min_steps=self.min_steps, min_s=self.min_s)
         loader = watch.loader
         files = _files_of(getattr(loader, "dataset", None))
         stats = loader.stats() if self.mode != "synthetic" else {}

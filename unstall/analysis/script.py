@@ -164,7 +164,8 @@ def analysis_of(
     for mode, doc in docs.items():
         if not doc.get("complete", True):
             notes.append(
-                f"the {mode} run ended before its window was complete: figures from "
+                f"the {mode} run ended (or ran out of time) before its window was as long "
+                "as asked: figures from "
                 f"{len(doc['steps'])} steady steps"
             )
     notes += d.notes
