@@ -86,8 +86,18 @@ def _whatif(path: str, report: dict[str, Any]) -> None:
     ax.legend(fontsize=8)
     axes[1].plot(c["workers"]["x"], c["workers"]["y"], marker="o", color="#55a868")
     axes[1].set_xlabel("workers")
-    axes[2].plot(c["bandwidth"]["x"], c["bandwidth"]["y"], marker="o", color="#c44e52")
-    axes[2].set_xlabel("storage bandwidth (x measured)")
+    if c["bandwidth"]["x"]:
+        axes[2].plot(c["bandwidth"]["x"], c["bandwidth"]["y"], marker="o", color="#c44e52")
+        axes[2].set_xlabel("storage bandwidth (x measured)")
+    else:
+        axes[2].text(
+            0.5,
+            0.5,
+            "not measured:\nthe dataset reads its own files",
+            ha="center",
+            transform=axes[2].transAxes,
+        )
+        axes[2].set_xlabel("storage bandwidth")
     for ax, name in zip(axes, ("vs cache size", "vs workers", "vs bandwidth"), strict=True):
         ax.set_ylabel("samples/s")
         ax.set_ylim(bottom=0)

@@ -55,10 +55,12 @@ def row(rates: Rates, config: Config, num_samples: int, **extra: Any) -> dict[st
 
 def grid(rates: Rates, base: Config, num_samples: int) -> list[dict[str, Any]]:
     """The default what-if table: workers x cache sizes at the measured storage."""
+    # a plain dataset (no raw bytes to keep) cannot use unstall's cache: workers only
+    caches = CACHE_STEPS if rates.sample_bytes > 1.0 else (0.0,)
     return [
         row(rates, replace(base, workers=w, cache=c), num_samples)
         for w in worker_steps(rates.cores, base.workers)
-        for c in CACHE_STEPS
+        for c in caches
     ]
 
 
@@ -85,6 +87,9 @@ def curves(rates: Rates, base: Config, num_samples: int, delivered: float) -> di
     # around the measured bandwidth; storage with no visible limit: around what it delivered
     b0 = rates.bandwidth if rates.bandwidth < UNLIMITED else delivered * rates.sample_bytes
     scales = [0.25, 0.5, 1, 2, 4, 8]
+    if rates.sample_bytes <= 1.0:  # a plain dataset: its storage's bandwidth is not known
+        out["bandwidth"] = {"x": [], "base_bytes_per_s": None, "y": []}
+        return out
     out["bandwidth"] = {
         "x": scales,  # times the storage bandwidth measured
         "base_bytes_per_s": b0,
