@@ -112,14 +112,15 @@ def analyze_workload(
             f"dataset of {len(work.dataset)} samples has fewer than 2 batches of "
             f"{work.batch_size}: use a smaller batch size"
         )
-    reserve = 2 if work.split else 0  # batches of samples kept for the storage probe
-    # each run also skips its workers' start-up burst (`steady`): the epoch must hold it
-    reserve += work.num_workers * int(work.loader_kwargs.get("prefetch_factor") or 2)
+    # each run also skips its workers' start-up burst (`steady`): the epoch must hold it,
+    # and the cache and the eviction cover it
+    burst = work.num_workers * int(work.loader_kwargs.get("prefetch_factor") or 2)
+    reserve = burst + (2 if work.split else 0)  # + batches kept for the storage probe
     if warmup + steps + reserve > per_epoch:
         steps = max(1, per_epoch - warmup - reserve)
         warmup = min(warmup, max(0, per_epoch - steps - reserve))
     say = progress or (lambda _msg: None)
-    indices = step_indices(work, warmup + steps)
+    indices = step_indices(work, warmup + burst + steps)
     notes: list[str] = []
     runs: dict[str, Run] = {}
     probe = None
@@ -133,7 +134,7 @@ def analyze_workload(
     if work.split:
         say("cached run (the steps' samples in unstall's cache)")
         assert probe is not None
-        ahead = step_indices(work, warmup + steps + 2 * work.num_workers + 2)  # read-ahead too
+        ahead = step_indices(work, warmup + burst + steps + 2 * work.num_workers + 2)  # + ahead
         with filled_cache(work.dataset, ahead, probe.sample_bytes) as cache:
             runs["cached"] = loader_run("cached", work, warmup, steps, cache=cache, on_step=on_step)
         c = runs["cached"].stats.get("cache", {})
@@ -269,12 +270,12 @@ def split_by_worker_time(stall: dict[str, float], rates: Rates) -> dict[str, flo
 
 
 def bottleneck_of(stall: dict[str, float], prep_rate: float, fetch_rate: float) -> str:
-    """Compute-bound when the cold run hardly stalls; else the stall twice the other's, or,
-    when both stall alike (a worker that fetches then prepares pays both), the slower rate."""
+    """Compute-bound when the cold run hardly stalls; else the larger stall (the shares are
+    what was measured; the rates only break an exact tie)."""
     prep, fetch = stall["prep"], stall["fetch"]
     if prep + fetch < COMPUTE_BOUND:
         return "compute"
-    if prep >= 2 * fetch or fetch >= 2 * prep:
+    if prep != fetch:
         return "prep" if prep > fetch else "fetch"
     return "prep" if prep_rate <= fetch_rate else "fetch"
 

@@ -333,7 +333,8 @@ def fetch_run(work: Workload, warmup: int, steps: int) -> Run:
     )
     it = iter(loader)
     try:
-        return train_loop("fetch", it, _no_step, warmup=warmup, steps=steps)
+        warm = warmup + burst_depth(loader)  # as in the other runs: the burst is not timed
+        return train_loop("fetch", it, _no_step, warmup=warm, steps=steps)
     finally:
         del it
         loader.close()
