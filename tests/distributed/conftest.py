@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing as mp
 import os
 import signal
 import subprocess
@@ -46,6 +47,22 @@ def reference(root: Path, epochs: int) -> list[list[list[str]]]:
             per.append([hashlib.sha256(raw).hexdigest() for b in loader for raw in b])
         out.append(per)
     return out
+
+
+def _run(fn, out: mp.Queue) -> None:
+    out.put(fn())
+
+
+def forked(fn, timeout: float = 30.0):
+    """``fn()`` in a forked child (a test process must never run obstore: its children fork)."""
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_run, args=(fn, out))
+    proc.start()
+    try:
+        return out.get(timeout=timeout)
+    finally:
+        proc.join(10)
 
 
 class Cluster:
