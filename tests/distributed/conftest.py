@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -47,6 +48,23 @@ def reference(root: Path, epochs: int) -> list[list[list[str]]]:
             per.append([hashlib.sha256(raw).hexdigest() for b in loader for raw in b])
         out.append(per)
     return out
+
+
+class ItemsLayer:
+    """A cache layer for `PeerServer.register` whose RAM tier holds ``items`` (all hits)."""
+
+    peers = None
+
+    def __init__(self, items: list[bytes]):
+        self.items = items
+
+    def _attached(self) -> ItemsLayer:
+        return self
+
+    layout = SimpleNamespace(policy="noevict")
+
+    def get_many(self, indices: list[int]) -> list[bytes]:
+        return [self.items[i] for i in indices]
 
 
 def _run(fn, out: mp.Queue) -> None:

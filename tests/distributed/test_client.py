@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import pytest
 
+from tests.distributed.conftest import ItemsLayer
 from tests.distributed.conftest import forked as _forked
 from unstall.distributed.client import PeerClient
 from unstall.distributed.server import PeerServer
@@ -16,20 +16,6 @@ from unstall.stores import obstore_runtime
 ITEMS = [bytes([i]) * (1000 + i) for i in range(8)]
 
 
-class _Cache:
-    layout = SimpleNamespace(policy="noevict")
-
-    def get_many(self, indices):
-        return [ITEMS[i] for i in indices]
-
-
-class _Layer:
-    peers = None
-
-    def _attached(self):
-        return _Cache()
-
-
 CERT = make_certificate("127.0.0.3")
 
 
@@ -37,7 +23,7 @@ CERT = make_certificate("127.0.0.3")
 def server():
     srv = PeerServer("127.0.0.3", "tok", certificate=CERT)
     srv.start()
-    srv.register("fp", _Layer(), ITEMS)
+    srv.register("fp", ItemsLayer(ITEMS), ITEMS)
     yield f"127.0.0.3:{srv.port}"
     srv.stop()
 

@@ -18,11 +18,14 @@ from unstall.distributed.tls import client_context
 N = 96  # 24 samples per rank, 6 batches of 4
 
 
-def test_each_item_read_once_and_shards_match_single_node(cluster, tmp_path):
+@pytest.mark.parametrize("tls", [True, False], ids=["tls", "plain-http"])
+def test_each_item_read_once_and_shards_match_single_node(cluster, tmp_path, tls):
     data = make_data(tmp_path / "data", N)
     epochs = 3
-    c = cluster(data, pg=True, epochs=epochs, sleep=0.0, capacity="1MiB")  # 4 MiB >= 330 kB
+    c = cluster(data, pg=True, epochs=epochs, sleep=0.0, capacity="1MiB", tls=tls)  # 4 MiB
     results = [c.result(rank, timeout=120) for rank in range(WORLD)]
+    assert [r["stats"][-1]["tls"] for r in results] == [tls] * WORLD
+    assert [r["certificate"] is not None for r in results] == [tls] * WORLD
     want = reference(data, epochs)
     for rank in range(WORLD):
         assert results[rank]["epochs"] == want[rank], f"rank {rank} differs from one node"
