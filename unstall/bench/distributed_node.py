@@ -30,10 +30,10 @@ def main(cfg: dict[str, Any]) -> None:
     dataset = FileDataset(store, cfg["keys"])
     variant = cfg["variant"]
     peers = None
-    if variant == "partitioned":
+    if variant in ("partitioned", "plain_http"):
         from unstall.distributed import Peers
 
-        peers = Peers(timeout_s=2.0)
+        peers = Peers(timeout_s=2.0, tls=variant == "partitioned")
     capacity = cfg["dataset_bytes"] * 2 if variant == "local" else cfg["capacity"]
     cache = Cache(capacity, peers=peers, name=f"bench-{variant}")
     loader = DataLoader(
@@ -63,7 +63,8 @@ def main(cfg: dict[str, Any]) -> None:
             storage.append(now_storage - last_storage)
             peer.append(now_peer - last_peer)
             last_storage, last_peer = now_storage, now_peer
-        out = {"epochs": epochs, "storage_bytes": storage, "peer_bytes": peer}
+        tls = loader.stats().get("peers", {}).get("tls", False)  # what the peers really used
+        out = {"epochs": epochs, "storage_bytes": storage, "peer_bytes": peer, "tls": tls}
         path = os.path.join(cfg["out"], f"node-{rank}.json")
         with open(path + ".tmp", "w") as f:
             json.dump(out, f)
