@@ -96,6 +96,8 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
         "storage_bytes": [sum(r["storage_bytes"][e] for r in results) for e in range(EPOCHS)],
         "peer_bytes": [sum(r["peer_bytes"][e] for r in results) for e in range(EPOCHS)],
         "tls": all(r["tls"] for r in results),
+        # CPU seconds of the 4 nodes' processes (loader, workers, peer server) per epoch
+        "cpu_s": [round(sum(r["epochs"][e]["cpu_s"] for r in results), 2) for e in range(EPOCHS)],
     }
 
 
@@ -134,7 +136,7 @@ def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> Benc
                     console.print(
                         f"  run {r + 1}/{repeats} {variant:11s} samples/s {res['samples_per_s']} "
                         f"storage bytes {res['storage_bytes']} peer bytes {res['peer_bytes']} "
-                        f"tls {res['tls']}"
+                        f"tls {res['tls']} cpu s {res['cpu_s']}"
                     )
     finally:
         shutil.rmtree(root, ignore_errors=True)

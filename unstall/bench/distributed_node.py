@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 from typing import Any
 
@@ -56,7 +57,9 @@ def main(cfg: dict[str, Any]) -> None:
         for epoch in range(cfg["epochs"]):
             loader.set_epoch(epoch)
             dist.barrier()
+            cpu0 = _cpu_s()
             epochs.append(measure(loader, rate=cfg["rate"]).as_dict())
+            epochs[-1]["cpu_s"] = round(_cpu_s() - cpu0, 3)  # this node's processes
             dist.barrier()  # every node's reads of this epoch are done (its server's too)
             now_storage = store.stats()["storage"]["bytes"]
             now_peer = loader.stats().get("peers", {}).get("peer_bytes", 0)
@@ -74,6 +77,15 @@ def main(cfg: dict[str, Any]) -> None:
         cache.close()
         store.close()
         dist.destroy_process_group()
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its joined children (the epoch's workers)."""
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 if __name__ == "__main__":
