@@ -15,6 +15,8 @@ with its own `ThrottledStore` link. Four variants, same run, same loaders:
 the cluster's samples/s from epoch 2 (each epoch's wall time is the slowest
 node's); ``plain_http`` holds the same two figures without TLS. Goals: storage
 bytes 0 from epoch 2, ratio >= 0.9, vs_alone >= 1.8, TLS within 5 % of plain HTTP.
+``run(persistent_workers=True)`` keeps each node's workers across epochs (TLS's
+per-process costs, its first connection and handshakes, are then paid once).
 """
 
 from __future__ import annotations
@@ -101,7 +103,13 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> BenchResult:
+def run(
+    *,
+    quick: bool,
+    console: Any = None,
+    repeats: int | None = None,
+    persistent_workers: bool = False,
+) -> BenchResult:
     # 32 batches per node and epoch (--quick): with 8, one batch's start-up latency at each
     # epoch (fresh workers) was an eighth of the figure, not what a real epoch pays
     n, size = (4096, 64 << 10) if quick else (8192, 64 << 10)
@@ -117,6 +125,8 @@ def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> Benc
         "rate": rate,
         "batch_size": 32,
         "workers": 2,
+        # fresh workers each epoch (the default) pay TLS's per-process costs every epoch
+        "persistent_workers": persistent_workers,
         "epochs": EPOCHS,
     }
     root = tempfile.mkdtemp(prefix="unstall-bench-dist-data-")
@@ -176,7 +186,8 @@ def _result(
         f"{WORLD} nodes, {n} samples of {size >> 10} KiB (dataset {n * size / 1e6:.0f} MB), "
         f"node cache {cfg['capacity'] / 1e6:.0f} MB, node link "
         f"{cfg['bytes_per_s'] / 1e6:.1f} MB/s, simulated accelerator {cfg['rate']:.0f} "
-        f"samples/s per node; median of {repeats} run(s)",
+        f"samples/s per node, {cfg['workers']} workers per node"
+        f"{' (persistent)' if cfg['persistent_workers'] else ''}; median of {repeats} run(s)",
         f"ratio = partitioned / fully local from epoch 2: {ratio:.3f} (goal >= 0.9)",
         f"vs_alone = partitioned / caching alone from epoch 2: {vs_alone:.3f} (goal >= 1.8)",
         f"peers over TLS (the default); plain HTTP (Peers(tls=False)): ratio "
@@ -194,6 +205,7 @@ def _result(
             "tls": all(r["tls"] for r in runs["partitioned"]),  # as the nodes reported
             "plain_http": plain,
             "tls_vs_plain": round(tls_vs_plain, 4),
+            "persistent_workers": cfg["persistent_workers"],
             "storage_bytes": part["storage_bytes"],
             "peer_bytes": part["peer_bytes"],
             "samples_per_s_from_epoch2": speed,

@@ -43,6 +43,7 @@ def main(cfg: dict[str, Any]) -> None:
         shuffle=True,
         seed=0,
         num_workers=cfg["workers"],
+        persistent_workers=cfg.get("persistent_workers", False),
         rank=rank,
         world_size=world,
         cache=cache,
