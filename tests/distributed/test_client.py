@@ -2,38 +2,28 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
-from types import SimpleNamespace
 
 import pytest
 
+from tests.distributed.conftest import ItemsLayer
+from tests.distributed.conftest import forked as _forked
 from unstall.distributed.client import PeerClient
 from unstall.distributed.server import PeerServer
+from unstall.distributed.tls import make_certificate
 from unstall.stores import obstore_runtime
 
 ITEMS = [bytes([i]) * (1000 + i) for i in range(8)]
 
 
-class _Cache:
-    layout = SimpleNamespace(policy="noevict")
-
-    def get_many(self, indices):
-        return [ITEMS[i] for i in indices]
-
-
-class _Layer:
-    peers = None
-
-    def _attached(self):
-        return _Cache()
+CERT = make_certificate("127.0.0.3")
 
 
 @pytest.fixture(scope="module")
 def server():
-    srv = PeerServer("127.0.0.3", "tok")
+    srv = PeerServer("127.0.0.3", "tok", certificate=CERT)
     srv.start()
-    srv.register("fp", _Layer(), ITEMS)
+    srv.register("fp", ItemsLayer(ITEMS), ITEMS)
     yield f"127.0.0.3:{srv.port}"
     srv.stop()
 
@@ -47,23 +37,8 @@ def _client(address: str, generation=lambda: 0) -> PeerClient:
         fingerprint="fp",
         node=0,
         generation=generation,
+        certificates={1: CERT.cert_pem},
     )
-
-
-def _run(fn, out: mp.Queue) -> None:
-    out.put(fn())
-
-
-def _forked(fn):
-    """``fn()`` in a forked child (this process must never run obstore: its children fork)."""
-    ctx = mp.get_context("fork")
-    out = ctx.Queue()
-    proc = ctx.Process(target=_run, args=(fn, out))
-    proc.start()
-    try:
-        return out.get(timeout=30)
-    finally:
-        proc.join(10)
 
 
 def _timed_get(client: PeerClient) -> tuple[list, float]:

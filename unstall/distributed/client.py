@@ -12,6 +12,8 @@ short timeout and no retry: a peer that refuses, hangs, dies or answers wrongly
 costs one timeout, is then skipped until the loader's next epoch (or for
 ``skip_s``), and its items come from storage: a node that comes back rejoins at
 an epoch boundary. The body's length is checked against the size in the ``ETag``.
+A peer with a certificate is read over HTTPS, its store trusting that one
+certificate (pinned, see `tls`); a peer without one over plain HTTP.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class PeerClient:
         fingerprint: str,
         node: int,
         generation: Callable[[], int],
+        certificates: dict[int, str | None],
     ):
         from obstore.store import HTTPStore
 
@@ -50,19 +53,23 @@ class PeerClient:
         self._generation = generation
         t = timeout_s
         options = {
-            "allow_http": True,
             "timeout": timedelta(seconds=t),
             "connect_timeout": timedelta(seconds=min(t, 1.0)),
             "default_headers": {"authorization": f"Bearer {token}"},
         }
         retry = {"max_retries": 0, "retry_timeout": timedelta(seconds=t)}
-        self._stores = {
-            n: HTTPStore.from_url(
-                f"http://{address}/v1/{fingerprint}", client_options=options, retry_config=retry
+        self._stores = {}
+        for n, address in addresses.items():
+            if n == node:
+                continue
+            cert = certificates.get(n)
+            if cert is None:  # plain HTTP: Peers(tls=False) on every node
+                url, extra = f"http://{address}", {"allow_http": True}
+            else:  # exactly this certificate, for this address (its SAN)
+                url, extra = f"https://{address}", {"root_certificate": cert}
+            self._stores[n] = HTTPStore.from_url(
+                f"{url}/v1/{fingerprint}", client_options=options | extra, retry_config=retry
             )
-            for n, address in addresses.items()
-            if n != node
-        }
         #: node -> (epoch generation, monotonic time) of its last failure in this process
         self._failed: dict[int, tuple[int, float]] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
