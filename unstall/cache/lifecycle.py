@@ -56,7 +56,8 @@ def open_or_create(
 
     Returns ``(cache, slot, how)`` with ``how`` one of ``"created"``, ``"attached"``
     (live users share it), ``"kept"`` (one kept after its last user left, reused with
-    its contents), ``"reclaimed"`` (a dead job's segment, reused with its contents). Raises ``OSError`` (ENOSPC) when space cannot be reserved.
+    its contents), ``"reclaimed"`` (a dead job's segment, reused with its contents).
+    Raises ``OSError`` (ENOSPC) when space cannot be reserved.
     """
     pid = os.getpid()
     stamp = segment.process_stamp(pid)
@@ -259,7 +260,7 @@ def release(cache: ShmCache, *, group: int, keep_s: float = 0.0) -> bool:
         cache.slots[cache.slots[:, S_GROUP] == group] = 0
         if segment.still_linked(cache.fd, cache.path) and not alive_owners(cache):
             now = time.time()
-            cache.hdr[H_LEFT_AT] = int(now)
+            cache.hdr[H_LEFT_AT] = time.time_ns()
             if keep_s > 0 and cache.valid():
                 cache.state[cache.state == CLAIMED] = EMPTY  # none of ours is in flight now
                 cache.hdr[H_KEEP_UNTIL] = max(1, int(now + keep_s))

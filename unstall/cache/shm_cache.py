@@ -62,7 +62,7 @@ EMPTY, CLAIMED, READY = 0, 1, 2
 H_KEEP_UNTIL = 24
 #: Bytes of replaced (stale) items: allocated, no longer reachable.
 H_STALE_BYTES = 25
-#: Unix time the last user left.
+#: When the last user left [Unit: nanosecond since the epoch].
 H_LEFT_AT = 26
 HEADER_WORDS = 64
 # slot words
@@ -218,7 +218,8 @@ class ShmCache:
         self.mm.close()
 
     def close(self) -> None:
-        for view in ("hdr", "slots", "offset", "length", "version", "state", "last_use", "next_page"):
+        views = ("hdr", "slots", "offset", "length", "version", "state", "last_use", "next_page")
+        for view in views:
             self.__dict__.pop(view, None)
         with contextlib.suppress(BufferError):  # a view is still held: unmapped at exit
             self.mm.close()

@@ -14,10 +14,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from unstall.cache import disk_tier, lifecycle
-from unstall.cache.capacity import format_bytes
 import numpy as np
 
+from unstall.cache import disk_tier, lifecycle
+from unstall.cache.capacity import format_bytes
 from unstall.cache.layer import CacheLayer, fetch_from_storage, not_cached, versions_of
 from unstall.cache.shm_cache import (
     EMPTY,
@@ -121,9 +121,7 @@ class TieredLayer:
                 item_versions = _pick(item_versions, np.flatnonzero(ours).tolist())
             stored = self._store(items, item_versions)
         if self.ram is not None:
-            self.ram._count(
-                ram_hits, len(indices) - ram_hits, stored[0], stored[1], ram_stale
-            )
+            self.ram._count(ram_hits, len(indices) - ram_hits, stored[0], stored[1], ram_stale)
         self._count(disk_hits, len(missing), stored[2], stored[3], disk_stale)
         return got  # type: ignore[return-value]  # every None was filled
 

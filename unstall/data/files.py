@@ -55,6 +55,8 @@ class FileDataset(torch.utils.data.Dataset):
                 )
         self.labels = labels
         self.transform = transform
+        self._versions: np.ndarray | None = None
+        self._versioned = False
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -68,6 +70,15 @@ class FileDataset(torch.utils.data.Dataset):
         digest = hashlib.blake2b(self.store.url.encode(), digest_size=16)
         digest.update(self.keys.fingerprint().encode())
         return digest.hexdigest()
+
+    def versions(self) -> np.ndarray | None:
+        """The version of each sample's object (int64; `Store.versions`), taken once, on the
+        first call (`Cache.bind` makes it): caches serve a sample only under this version.
+        None if the store cannot say."""
+        if not getattr(self, "_versioned", False):
+            self._versions = self.store.versions(self.keys)
+            self._versioned = True
+        return self._versions
 
     def fetch(self, indices: Sequence[int]) -> list[bytes]:
         """Raw bytes of each sample, from storage, in order."""
