@@ -65,13 +65,20 @@ class Listing:
 
     def versions_of(self, keys: Sequence[str]) -> np.ndarray:
         """The version of each of ``keys`` (0 for a key not in the listing)."""
+        return self._column_of(self.versions, keys)
+
+    def sizes_of(self, keys: Sequence[str]) -> np.ndarray:
+        """The size of each of ``keys`` in bytes (-1 for a key not in the listing)."""
+        return self._column_of(self.sizes, keys, missing=-1)
+
+    def _column_of(self, column: np.ndarray, keys: Sequence[str], missing: int = 0) -> np.ndarray:
         if len(keys) == len(self.keys) and all(
             a == b for a, b in zip(keys, self.keys, strict=True)
         ):
-            return self.versions.copy()
+            return column.copy()
         where = {key: j for j, key in enumerate(self.keys)}
         return np.fromiter(
-            (self.versions[where[k]] if k in where else 0 for k in keys),
+            (column[where[k]] if k in where else missing for k in keys),
             dtype=np.int64,
             count=len(keys),
         )

@@ -170,6 +170,10 @@ class S3Store(Store):
             manifest.write_manifest(path, self.url, listing.keys, rows)
         return listing
 
+    def listed(self) -> Listing | None:
+        """The whole listing this process made (`list_entries`, `versions`), if any."""
+        return self._listing
+
     def versions(self, keys: Sequence[str]) -> np.ndarray:
         """Each key's version (size + ETag) from a listing made by this process (listed now
         if none was: one LIST request per 1,000 objects, no request per object).
