@@ -180,8 +180,8 @@ def run(*, quick: bool = False, console: Any = None) -> BenchResult:
             os.environ["UNSTALL_CACHE_DIR"] = old_cache_dir
         shutil.rmtree(tmp, ignore_errors=True)
     rows = [
-        {"case": "ImageFolder listing", "loader": "before", "seconds": round(listing["before_s"], 3),
-         "peak_mb": round(listing["before_peak_mb"], 1)},
+        {"case": "ImageFolder listing", "loader": "before",
+         "seconds": round(listing["before_s"], 3), "peak_mb": round(listing["before_peak_mb"], 1)},
         {"case": "ImageFolder listing", "loader": "scandir (cold)",
          "seconds": round(listing["cold_s"], 3), "peak_mb": round(listing["cold_peak_mb"], 1)},
         {"case": "ImageFolder listing", "loader": "saved index (warm)",

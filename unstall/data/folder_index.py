@@ -37,9 +37,7 @@ def listings_dir() -> Path:
     return Path(base).expanduser() / "listings"
 
 
-def folder_index(
-    root: Path, extensions: tuple[str, ...]
-) -> tuple[KeyTable, np.ndarray, list[str]]:
+def folder_index(root: Path, extensions: tuple[str, ...]) -> tuple[KeyTable, np.ndarray, list[str]]:
     """``(keys, labels, classes)`` of the images under ``root/<class>/...``: keys sorted,
     labels the index of each key's top folder in the sorted class names."""
     path = listings_dir() / (
