@@ -216,3 +216,16 @@ def test_a_stale_item_is_a_miss_then_replaced_and_the_index_stays_consistent(pol
             cache.check()
     finally:
         lifecycle.release(cache, group=1)
+
+
+def test_a_kept_segment_is_removed_when_its_time_is_up_with_no_job_running(root):
+    from unstall.cache import reaper, shm_cache
+
+    assert (reaper.MAGIC, reaper.VERSION) == (shm_cache.MAGIC, shm_cache.VERSION)
+    assert reaper.H_KEEP_UNTIL == shm_cache.H_KEEP_UNTIL
+    first = job(root, keep_s=1)  # the job exits; its segment is kept 1 s, then reaped
+    assert first["served"] == expected([0] * N)
+    deadline = time.monotonic() + 15
+    while [c for c in list_caches() if c["tier"] == "ram"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [c for c in list_caches() if c["tier"] == "ram"] == []

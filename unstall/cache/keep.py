@@ -13,7 +13,9 @@ oldest first, by `sweep` (run on every `Cache.bind` and every release):
 - while the node's available memory is below `MIN_AVAILABLE_SHARE` of RAM, or the
   shared-memory directory lacks room for a segment about to be made.
 
-`unstall cache list` shows them ("kept until ..."), `unstall cache clear` removes them.
+and by a small detached process started at each release (`unstall.cache.reaper`), so
+the keep time holds even if no unstall process runs after. `unstall cache list`
+shows them ("kept until ..."), `unstall cache clear` removes them.
 """
 
 from __future__ import annotations
@@ -117,6 +119,24 @@ def sweep(*, need_bytes: int = 0, now: float | None = None) -> list[str]:
         shm_free += oldest["size"]
         available += oldest["size"]
     return [name for name in released if _release(name)]
+
+
+def start_reaper(path: str) -> None:
+    """Start the process that removes the kept segment at ``path`` when its time is up."""
+    import subprocess
+    import sys
+
+    from unstall.cache import reaper
+
+    with contextlib.suppress(OSError):  # no process to spare: the next bind's sweep does it
+        subprocess.Popen(
+            [sys.executable, "-I", reaper.__file__, path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
 
 
 def _release(name: str) -> bool:

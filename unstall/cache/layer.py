@@ -242,7 +242,9 @@ class CacheLayer:
         self._local = lifecycle.group_counts(cache, self.group, plus=self._local)
         removed = lifecycle.release(cache, group=self.group, keep_s=self.keep_s)
         if not removed and self.keep_s > 0:
-            from unstall.cache.keep import sweep
+            from unstall.cache.keep import start_reaper, sweep
 
+            if self.path is not None and os.path.exists(self.path):
+                start_reaper(self.path)
             sweep()  # a kept segment counts against the limits now
         return removed
