@@ -240,29 +240,29 @@ class ShmCache:
         No lock (see the module notes): state and version are read before the bytes
         and again after, so an item replaced meanwhile is a miss, never torn bytes.
         """
-        ready = self.state[indices] == READY
+        idx = np.asarray(indices, dtype=np.intp)  # one conversion for every gather below
+        ready = self.state[idx] == READY
         stale = 0
         if versions is not None:
-            fresh = self.version[indices] == versions
+            fresh = self.version[idx] == versions
             stale = int((ready & ~fresh).sum())
             ready &= fresh
         out: list[bytes | None] = [None] * len(indices)
-        hit = np.flatnonzero(ready).tolist()
-        if not hit:
+        hit = np.flatnonzero(ready)
+        if not len(hit):
             return out, stale
-        base, mm, offset, length = self.data_off, self.mm, self.offset, self.length
-        for k in hit:
-            i = indices[k]
-            start = base + int(offset[i])
-            out[k] = mm[start : start + int(length[i])]
-        which = [indices[k] for k in hit]
+        which = idx[hit]
+        base, mm = self.data_off, self.mm
+        starts = (self.offset[which] + base).tolist()  # loaded after the states (see notes)
+        lengths = self.length[which].tolist()
+        for k, start, size in zip(hit.tolist(), starts, lengths, strict=True):
+            out[k] = mm[start : start + size]
         still = self.state[which] == READY
         if versions is not None:
             still &= self.version[which] == versions[hit]
         if not still.all():  # replaced while we copied: a miss
-            for k, ok in zip(hit, still.tolist(), strict=True):
-                if not ok:
-                    out[k] = None
+            for k in hit[~still].tolist():
+                out[k] = None
         return out, stale
 
     def put_many(
