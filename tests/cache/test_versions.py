@@ -229,3 +229,22 @@ def test_a_kept_segment_is_removed_when_its_time_is_up_with_no_job_running(root)
     while [c for c in list_caches() if c["tier"] == "ram"] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert [c for c in list_caches() if c["tier"] == "ram"] == []
+
+
+def test_files_changed_mid_epoch_leave_the_epoch_exactly_once_and_the_next_job_current(root):
+    """Every sample's bytes name it (and its generation): the running epoch serves each
+    sample once, old or new bytes; the next job gets only new ones."""
+    names = {content(i, g): (i, g) for i in range(N) for g in (0, 1)}
+    assert len(names) == 2 * N
+    ds = unstall.FileDataset(root, [f"{i:05d}.bin" for i in range(N)])
+    with unstall.Cache("64MiB") as cache:
+        loader = unstall.DataLoader(ds, batch_size=2, shuffle=True, num_workers=2, cache=cache)
+        run_epochs(loader, 1)  # all cached
+        served = []
+        for n, batch in enumerate(loader):
+            served += [names[bytes(raw)] for raw in batch]
+            if n == 1:
+                write(root, 1)  # every file changes in the middle of the epoch
+        assert sorted(i for i, _ in served) == list(range(N))
+        cache.check()
+    assert job(root)["served"] == expected([1] * N)
