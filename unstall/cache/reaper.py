@@ -22,7 +22,7 @@ MAGIC = 0x554E5354414C4C31
 VERSION = 2
 H_MAGIC, H_VERSION, H_KEEP_UNTIL = 0, 1, 24
 #: Longest sleep between looks at the segment [Unit: second].
-POLL_S = 60.0
+POLL_S = 10.0
 
 
 def _word(fd: int, index: int) -> int:
