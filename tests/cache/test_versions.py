@@ -95,8 +95,9 @@ def test_files_rewritten_while_a_job_holds_the_cache_are_not_served_to_the_next(
         assert sorted(bytes(r).hex() for r in third) == expected([1] * N)
         assert sorted(ds.fetch(range(N))) == sorted(bytes(r) for r in third)
         cache.check()
-    again = job(root)  # a later job: the new bytes, whoever stored them
-    assert again["served"] == expected([1] * N)
+        again = job(root)  # a later job: the new bytes, cached by the second job and left
+        assert again["served"] == expected([1] * N)  # alone by the first (an older listing)
+        assert (again["cache"]["hits"], again["cache"]["stale"]) == (N, 0)
 
 
 def test_a_file_changed_between_two_runs_with_the_disk_tier_is_fetched_again(root):
@@ -210,6 +211,12 @@ def test_a_stale_item_is_a_miss_then_replaced_and_the_index_stays_consistent(pol
         got, stale = get([1], v2[[1]])
         assert (bytes(got[0]), stale) == (items[1][1], 0)
         assert get([1], v1[[1]]) == ([None], 1)  # an older reader: stale for it
+        assert put(items[1:2], v1[[1]]) == (1, 101)  # a writer bound no later: replaces
+        if lru:
+            assert lru_put_many(cache, items[1:2], v2[[1]], -1) == (0, 0)
+        else:
+            assert cache.put_many(items[1:2], v2[[1]], -1) == (0, 0)  # bound before: leaves it
+        assert get([1], v2[[1]]) == ([None], 1)
         if lru:
             lru_check(cache)
         else:

@@ -210,7 +210,11 @@ def get_many(
 
 
 def put_many(
-    index: ShmCache, fd: int, items: list[tuple[int, bytes]], versions: np.ndarray | None = None
+    index: ShmCache,
+    fd: int,
+    items: list[tuple[int, bytes]],
+    versions: np.ndarray | None = None,
+    since: int = 0,
 ) -> tuple[int, int, bool]:
     """Append items not yet stored (or stored under another version) while space lasts;
     ``(items, bytes, first_full)``.
@@ -221,7 +225,7 @@ def put_many(
     hdr = index.hdr
     if int(hdr[H_FULL]):
         return 0, 0, False
-    claims = index.claim(items, int(hdr[H_DISK_CAPACITY]), versions)
+    claims = index.claim(items, int(hdr[H_DISK_CAPACITY]), versions, since)
     if not claims:
         return 0, 0, False
     written: set[int] = set()

@@ -10,6 +10,7 @@ sums its workers' hits and misses without any message passing.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -96,6 +97,9 @@ class CacheLayer:
     ):
         self.path, self.name, self.policy = path, name, policy
         self.keep_s = keep_s  # seconds the segment stays after its last user (`cache.keep`)
+        #: When this bind happened (ns): items this job stores are marked with it, and it
+        #: replaces no stale item stored by a later bind (`ShmCache.claim`).
+        self.bound_ns = time.time_ns()
         self.group, self.owner, self.capacity = group, owner, capacity
         self.how, self.reason = how, reason
         self._cache: ShmCache | None = None
@@ -158,7 +162,7 @@ class CacheLayer:
             items = [item for item, mine in zip(items, ours, strict=True) if mine]
             wanted = wanted[np.asarray(ours, dtype=bool)] if wanted is not None else None
         put = lru_put_many if lru else ShmCache.put_many
-        inserted, size = put(cache, items, wanted)
+        inserted, size = put(cache, items, wanted, self.bound_ns)
         self._count(len(indices) - len(missing), len(missing), inserted, size, stale)
         fetched = iter(raws)
         return [raw if raw is not None else next(fetched) for raw in got]

@@ -64,7 +64,10 @@ def lru_get_many(
 
 
 def lru_put_many(
-    cache: ShmCache, items: list[tuple[int, bytes]], versions: np.ndarray | None = None
+    cache: ShmCache,
+    items: list[tuple[int, bytes]],
+    versions: np.ndarray | None = None,
+    since: int = 0,
 ) -> tuple[int, int]:
     """Store each item not cached (or cached under another version), evicting least recently
     used items. Returns (items, bytes)."""
@@ -77,6 +80,8 @@ def lru_put_many(
             if cache.state[i] != EMPTY:
                 if versions is None or int(cache.version[i]) == want:
                     continue
+                if int(cache.stored_by[i]) > since:
+                    continue  # stored for a newer listing than ours (see ShmCache.claim)
                 _free_item(cache, int(i))  # stale: its pages go back to the free list
             if need > cache.layout.n_pages:
                 hdr[H_TOO_LARGE] += 1
@@ -88,6 +93,7 @@ def lru_put_many(
                 chunk = raw[n * page : (n + 1) * page]
                 mm[base + p * page : base + p * page + len(chunk)] = chunk
             cache.offset[i], cache.length[i], cache.version[i] = pages[0], len(raw), want
+            cache.stored_by[i] = since
             hdr[H_CLOCK] += 1
             cache.last_use[i] = hdr[H_CLOCK]
             cache.state[i] = READY

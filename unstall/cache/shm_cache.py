@@ -6,8 +6,8 @@ One file, mapped by every process that uses it::
              items/bytes cached, LRU clock and free list, ...
     slots    SLOTS x 9 int64: pid, owner pid, group, hits, misses, inserted, bytes, stamp,
              stale
-    index    offset int64[N], length int64[N], version int64[N], state uint8[N],
-             (LRU) last_use int64[N]
+    index    offset int64[N], length int64[N], version int64[N], stored_by int64[N],
+             state uint8[N], (LRU) last_use int64[N]
     pages    (LRU) next_page int32[P]
     data     capacity bytes
 
@@ -27,7 +27,9 @@ Every item carries the *version* of its source it was stored for (an int64 the
 dataset derives from size + mtime + inode, or size + ETag; see
 `unstall.stores.listing`). A reader passes the versions it expects: an item READY
 under another version is *stale*, a miss (counted), never served. A filler with a
-newer version replaces it: under the lock the item goes READY -> CLAIMED with a
+newer listing replaces it (``stored_by``: when the storing job bound the cache; an
+older job leaves a newer job's item alone and reads storage): under the lock the item
+goes READY -> CLAIMED with a
 fresh offset (the old bytes stay where they were, unused: the bump pointer only
 grows), then READY with the new version. A lock-free reader therefore checks
 state and version again after copying the bytes, and drops what changed meanwhile.
@@ -101,6 +103,7 @@ class Layout:
             ("offset", 8 * n),
             ("length", 8 * n),
             ("version", 8 * n),
+            ("stored_by", 8 * n),
             ("state", n),
             ("last_use", 8 * n if self.policy == "lru" else 0),
             ("next_page", 4 * self.n_pages),
@@ -169,6 +172,7 @@ class ShmCache:
         self.offset = np.ndarray((n,), np.int64, mm, off["offset"])
         self.length = np.ndarray((n,), np.int64, mm, off["length"])
         self.version = np.ndarray((n,), np.int64, mm, off["version"])
+        self.stored_by = np.ndarray((n,), np.int64, mm, off["stored_by"])
         self.state = np.ndarray((n,), np.uint8, mm, off["state"])
         lru = self.layout.policy == "lru"
         self.last_use = np.ndarray((n if lru else 0,), np.int64, mm, off["last_use"])
@@ -218,8 +222,8 @@ class ShmCache:
         self.mm.close()
 
     def close(self) -> None:
-        views = ("hdr", "slots", "offset", "length", "version", "state", "last_use", "next_page")
-        for view in views:
+        views = ("hdr", "slots", "offset", "length", "version", "stored_by", "state", "last_use")
+        for view in (*views, "next_page"):
             self.__dict__.pop(view, None)
         with contextlib.suppress(BufferError):  # a view is still held: unmapped at exit
             self.mm.close()
@@ -266,11 +270,11 @@ class ShmCache:
         return out, stale
 
     def put_many(
-        self, items: list[tuple[int, bytes]], versions: np.ndarray | None = None
+        self, items: list[tuple[int, bytes]], versions: np.ndarray | None = None, since: int = 0
     ) -> tuple[int, int]:
-        """Store items not yet cached (or cached under another version) while space lasts;
-        never evicts. Returns (items, bytes)."""
-        claims = self.claim(items, self.capacity, versions)
+        """Store items not yet cached (or cached under another version by a job bound no later
+        than ``since``, see `claim`) while space lasts; never evicts. Returns (items, bytes)."""
+        claims = self.claim(items, self.capacity, versions, since)
         if not claims:
             return 0, 0
         base = self.data_off
@@ -281,10 +285,16 @@ class ShmCache:
 
     # The claim and publish steps (module notes), shared with the disk tier's index ---
     def claim(
-        self, items: list[tuple[int, bytes]], capacity: int, versions: np.ndarray | None = None
+        self,
+        items: list[tuple[int, bytes]],
+        capacity: int,
+        versions: np.ndarray | None = None,
+        since: int = 0,
     ) -> list[tuple[int, int, bytes]]:
         """Step 1, under the lock: room below ``capacity`` for each item that fits and is
-        EMPTY, or READY under a version other than its entry in ``versions`` (stale: replaced).
+        EMPTY, or READY under a version other than its entry in ``versions`` (stale: replaced)
+        stored by a job bound no later than this one (``since``, ns): a job whose listing is
+        older than the item's does not replace it, so two jobs never take turns.
 
         Returns ``(index, offset, raw)`` per claim; none once full (the bump pointer only
         grows, and nothing is evicted).
@@ -305,12 +315,15 @@ class ShmCache:
                 if state == READY:
                     if versions is None or int(self.version[i]) == want:
                         continue  # cached already
+                    if int(self.stored_by[i]) > since:
+                        continue  # stored for a newer listing than ours
                     old = int(self.length[i])  # stale: its bytes become unreachable
                     hdr[H_CACHED_ITEMS] -= 1
                     hdr[H_CACHED_BYTES] -= old
                     hdr[H_STALE_BYTES] += old
                 self.state[i] = CLAIMED  # first, so a lock-free reader's re-check sees it
                 self.offset[i], self.length[i], self.version[i] = bump, len(raw), want
+                self.stored_by[i] = since
                 hdr[H_BUMP] = bump + len(raw)
                 claims.append((i, bump, raw))
         return claims

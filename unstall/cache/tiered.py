@@ -10,6 +10,7 @@ its own slot of the index, so the owner sums its workers' figures.
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -51,6 +52,7 @@ class TieredLayer:
         self.ram = ram
         self.path, self.name, self.group, self.owner = path, name, group, owner
         self.capacity, self.how, self.reason = capacity, how, reason
+        self.bound_ns = ram.bound_ns if ram is not None else time.time_ns()  # see CacheLayer
         self._index: ShmCache | None = None
         self._fd = -1
         self._slot = -1
@@ -132,20 +134,22 @@ class TieredLayer:
         ram = self.ram._cache if self.ram is not None else None
         ram_n = ram_b = 0
         if ram is not None:
-            ram_n, ram_b = ram.put_many(items, versions)
+            ram_n, ram_b = ram.put_many(items, versions, self.bound_ns)
             # not in RAM under our version (EMPTY, or stale): it did not fit (the bump pointer
             # only grows, so it never will); held: RAM has it (or another process stores it)
             which = [i for i, _ in items]
             held = ram.state[which] != EMPTY
-            if versions is not None:
-                held &= ram.version[which] == versions
+            if versions is not None:  # ours, or a newer job's (which we leave alone)
+                held &= (ram.version[which] == versions) | (ram.stored_by[which] > self.bound_ns)
             left = (~held).tolist()
             items = [item for item, out in zip(items, left, strict=True) if out]
             versions = versions[np.asarray(left, dtype=bool)] if versions is not None else None
         index = self._index
         if index is None or not items:
             return ram_n, ram_b, 0, 0
-        disk_n, disk_b, first_full = disk_tier.put_many(index, self._fd, items, versions)
+        disk_n, disk_b, first_full = disk_tier.put_many(
+            index, self._fd, items, versions, self.bound_ns
+        )
         if first_full:
             warnings.warn(
                 f"the disk under {disk_tier.tier_dir()} is full: the disk cache {self.name} "
