@@ -183,29 +183,28 @@ def get_many(
     """Bytes of each READY item of the expected ``versions`` (one ``pread`` each), None for
     the rest, and the number of stale items (READY under another version); no lock: state
     and version are checked again after the read, as in `ShmCache.lookup`."""
-    ready = index.state[indices] == READY
+    idx = np.asarray(indices, dtype=np.intp)
+    ready = index.state[idx] == READY
     stale = 0
     if versions is not None:
-        fresh = index.version[indices] == versions
+        fresh = index.version[idx] == versions
         stale = int((ready & ~fresh).sum())
         ready &= fresh
     out: list[bytes | None] = [None] * len(indices)
-    hit = np.flatnonzero(ready).tolist()
-    offset, length = index.offset, index.length
-    for k in hit:
-        i = indices[k]
-        size = int(length[i])
-        raw = os.pread(fd, size, int(offset[i]))
+    hit = np.flatnonzero(ready)
+    if not len(hit):
+        return out, stale
+    which = idx[hit]
+    starts, sizes = index.offset[which].tolist(), index.length[which].tolist()
+    for k, start, size in zip(hit.tolist(), starts, sizes, strict=True):
+        raw = os.pread(fd, size, start)
         if len(raw) == size:  # short only if the file was cut under us: fetch instead
             out[k] = raw
-    if hit:
-        which = [indices[k] for k in hit]
-        still = index.state[which] == READY
-        if versions is not None:
-            still &= index.version[which] == versions[hit]
-        for k, ok in zip(hit, still.tolist(), strict=True):
-            if not ok:
-                out[k] = None
+    still = index.state[which] == READY
+    if versions is not None:
+        still &= index.version[which] == versions[hit]
+    for k in hit[~still].tolist():
+        out[k] = None
     return out, stale
 
 
