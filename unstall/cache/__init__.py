@@ -18,6 +18,7 @@ from typing import Any
 
 from unstall.cache import disk_tier, keep, lifecycle, segment
 from unstall.cache.capacity import format_bytes, parse_capacity, resolve_capacity
+from unstall.cache.keep import keep_seconds
 from unstall.cache.layer import CacheLayer, item_versions
 from unstall.cache.policy import page_size_for
 from unstall.cache.shm_cache import POLICIES, Layout
@@ -97,7 +98,7 @@ class Cache:
         self.policy = policy
         self.name = name
         self.peers = peers  # e.g. unstall.Peers(): a cache partitioned across nodes
-        self.keep = keep if keep is None else keep_seconds_checked(keep)
+        self.keep = keep if keep is None else keep_seconds(keep)  # None: the env at bind
         self._layers: list[Any] = []
 
     def __repr__(self) -> str:
@@ -132,7 +133,7 @@ class Cache:
             policy=self.policy,
             group=group,
             owner=os.getpid(),
-            keep_s=keep.keep_seconds(self.keep),
+            keep_s=keep_seconds(self.keep),
         )
         layout = Layout(n_items=n, capacity=max(capacity, page), policy=self.policy, page_size=page)
         keep.sweep(need_bytes=0 if os.path.exists(path) else layout.file_size + SHM_MARGIN)
@@ -171,11 +172,6 @@ class Cache:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def keep_seconds_checked(value: float) -> float:
-    """``Cache(keep=...)`` checked at construction (seconds >= 0)."""
-    return keep.keep_seconds(value)
 
 
 def _open(
