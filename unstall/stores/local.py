@@ -134,5 +134,8 @@ def _scan(root: Path, prefix: str, *, stat: bool) -> Iterator[tuple[str, tuple[i
                 elif not stat:
                     yield key, none
                 else:
-                    st = entry.stat()
+                    try:
+                        st = entry.stat()
+                    except FileNotFoundError:  # removed since the directory was read
+                        continue
                     yield key, (st.st_size, st.st_mtime_ns, st.st_ino)
