@@ -82,3 +82,16 @@ def test_list_entries_and_versions_follow_size_mtime_and_inode(tmp_path):
     before = store.versions(["a.bin"])[0]
     os.utime(tmp_path / "a.bin", ns=(1, 123))  # same size and inode, another mtime
     assert store.versions(["a.bin"])[0] not in (0, before)
+
+
+def test_manifest_v2_keeps_sizes_and_etags_and_v1_still_reads(tmp_path):
+    from unstall.stores import manifest
+
+    path, url = tmp_path / "m.txt", "s3://b/p"
+    rows = [("a.bin", 3, '"e1"', 10), ("x\ty.bin", 5, '"e2"', 20)]
+    manifest.write_manifest(path, url, [r[0] for r in rows], rows)
+    assert manifest.read_manifest(path, url) == ["a.bin", "x\ty.bin"]
+    assert manifest.read_entries(path, url) == rows
+    manifest.write_manifest(path, url, ["a.bin", "b.bin"])  # v1: keys only
+    assert manifest.read_manifest(path, url) == ["a.bin", "b.bin"]
+    assert manifest.read_entries(path, url) is None

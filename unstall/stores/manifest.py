@@ -33,25 +33,29 @@ def manifest_path(url: str, endpoint: str | None, directory: Path) -> Path:
 
 def read_manifest(path: Path, url: str) -> list[str] | None:
     """The keys stored in ``path``, or None if it is missing or not a manifest of ``url``."""
-    rows = read_rows(path, url)
-    return None if rows is None else [row.split("\t", 1)[0] for row in rows]
+    got = read_rows(path, url)
+    if got is None:
+        return None
+    version, rows = got
+    return rows if version == 1 else [row.rsplit("\t", 3)[0] for row in rows]
 
 
 def read_entries(path: Path, url: str) -> list[tuple[str, int, str, int]] | None:
     """``(key, size, etag, mtime_ns)`` per object, or None (missing, another URL, or a v1
     manifest that has no sizes and ETags)."""
-    rows = read_rows(path, url)
-    if rows is None or (rows and "\t" not in rows[0]):
+    got = read_rows(path, url)
+    if got is None or got[0] == 1:
         return None
     out = []
-    for row in rows:
+    for row in got[1]:
         key, size, etag, mtime = row.rsplit("\t", 3)
         out.append((key, int(size), etag, int(mtime)))
     return out
 
 
-def read_rows(path: Path, url: str) -> list[str] | None:
-    """The lines after the header, or None if missing, another URL's, or cut short."""
+def read_rows(path: Path, url: str) -> tuple[int, list[str]] | None:
+    """``(format version, lines after the header)``, or None if missing, another URL's, or
+    cut short."""
     try:
         text = path.read_text(encoding="utf-8")
     except (FileNotFoundError, NotADirectoryError):
@@ -59,13 +63,16 @@ def read_rows(path: Path, url: str) -> list[str] | None:
     header, _, body = text.partition("\n")
     if not header.startswith(HEADER) or f" url={url} " not in header + " ":
         return None
+    version = header[len(HEADER) :].split(" ", 1)[0]
+    if version not in ("1", "2"):
+        return None
     rows = body.split("\n")
     if rows and rows[-1] == "":
         rows.pop()
     count = header.rsplit(" count=", 1)[-1]
     if not count.isdigit() or int(count) != len(rows):
         return None  # truncated write: list again
-    return rows
+    return int(version), rows
 
 
 def write_manifest(
