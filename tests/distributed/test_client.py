@@ -76,3 +76,42 @@ def test_a_failed_peer_is_skipped_until_the_next_epoch(server):
         return first, skipped, client.get_many([(1, 1)])
 
     assert _forked(run) == ([ITEMS[0]], [None, None], [ITEMS[1]])
+
+
+class _Versioned(list):
+    """The server node's dataset: items with their sources' versions (item i: version 100+i)."""
+
+    def versions(self):
+        import numpy as np
+
+        return np.arange(100, 100 + len(self), dtype=np.int64)
+
+
+class _VersionedCache(_Cache):
+    def get_many(self, indices, versions=None):
+        assert versions is not None and versions.tolist() == [100 + i for i in indices]
+        return [ITEMS[i] for i in indices]
+
+
+class _VersionedLayer(_Layer):
+    def _attached(self):
+        return _VersionedCache()
+
+
+def test_a_peer_item_of_another_version_is_dropped_without_skipping_the_peer():
+    srv = PeerServer("127.0.0.3", "tok")
+    srv.start()
+    srv.register("fp", _VersionedLayer(), _Versioned(ITEMS))
+    try:
+
+        def run():
+            client = _client(f"127.0.0.3:{srv.port}")
+            same = client.get_many([(1, 2), (1, 3)], [102, 103])
+            other = client.get_many([(1, 2), (1, 3)], [102, 999])  # our listing differs on 3
+            return same, other, client.get_many([(1, 4)], [104]), client.usable(1)
+
+        same, other, after, usable = _forked(run)
+    finally:
+        srv.stop()
+    assert same == [ITEMS[2], ITEMS[3]] and other == [ITEMS[2], None]
+    assert after == [ITEMS[4]] and usable  # a version mismatch is not a peer failure

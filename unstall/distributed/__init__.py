@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from unstall.cache.layer import fetch_from_storage
+from unstall.cache.layer import fetch_from_storage, versions_of
 from unstall.distributed import membership
 from unstall.distributed.client import PeerClient
 from unstall.distributed.counters import SharedCounters
@@ -203,7 +203,9 @@ class BoundPeers:
         node = self.placement.node
         owners = [self.placement.owner(dataset, i) for i in indices]
         remote = [(o, i) for o, i in zip(owners, indices, strict=True) if o != node]
-        got = self._peer_client().get_many(remote) if remote else []
+        versions = versions_of(dataset, [i for _, i in remote]) if remote else None
+        expect = versions.tolist() if versions is not None else None
+        got = self._peer_client().get_many(remote, expect) if remote else []
         raws: list[bytes | None] = [None] * len(indices)
         served = iter(got)
         for j, o in enumerate(owners):
