@@ -87,21 +87,18 @@ class _Versioned(list):
         return np.arange(100, 100 + len(self), dtype=np.int64)
 
 
-class _VersionedCache(_Cache):
+class _VersionedLayer(ItemsLayer):
+    """A RAM tier that is handed the versions the server's node expects for each item."""
+
     def get_many(self, indices, versions=None):
         assert versions is not None and versions.tolist() == [100 + i for i in indices]
-        return [ITEMS[i] for i in indices]
-
-
-class _VersionedLayer(_Layer):
-    def _attached(self):
-        return _VersionedCache()
+        return [self.items[i] for i in indices]
 
 
 def test_a_peer_item_of_another_version_is_dropped_without_skipping_the_peer():
-    srv = PeerServer("127.0.0.3", "tok")
+    srv = PeerServer("127.0.0.3", "tok", certificate=CERT)
     srv.start()
-    srv.register("fp", _VersionedLayer(), _Versioned(ITEMS))
+    srv.register("fp", _VersionedLayer(ITEMS), _Versioned(ITEMS))
     try:
 
         def run():
