@@ -16,6 +16,8 @@ DALI's CPU backend, so CI tests this plumbing. ``pip install 'unstall[dali]'``.
 from __future__ import annotations
 
 import logging
+import os
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +28,21 @@ from unstall.errors import SampleError
 from unstall.gpu.prep import ENCODED
 
 log = logging.getLogger("unstall")
+
+_live: weakref.WeakSet[DaliEngine] = weakref.WeakSet()
+_orphans: list[Any] = []  # pipelines a forked child inherited: never destroyed there
+
+
+def _after_fork_in_child() -> None:
+    """A forked worker inherits the parent's engines but not DALI's threads: destroying a
+    pipeline there waits forever for them (seen: a worker's gc finalizing a dead loader).
+    Keep them referenced; workers end with ``os._exit``, so no destructor ever runs."""
+    for engine in list(_live):
+        if engine._pipe is not None:
+            _orphans.append(engine._pipe)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class DaliEngine:
@@ -68,6 +85,7 @@ class DaliEngine:
         self._pipeline = pipeline
         self._pipe: Any = None
         self.rejected_batches = 0
+        _live.add(self)
 
     def __call__(self, encoded: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
         offsets = encoded["offsets"].numpy()
