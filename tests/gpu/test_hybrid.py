@@ -207,8 +207,26 @@ def test_prep_settings_that_cannot_work_name_the_fix(jpeg_dir):
         unstall.DataLoader(raw, batch_size=4, prep="hybrid", device="cpu")
 
 
-def test_auto_on_a_cpu_device_prepares_on_the_workers(jpeg_dir):
+def test_default_on_a_cpu_device_prepares_on_the_workers(jpeg_dir):
     dataset = unstall.ImageFolder(LocalStore(jpeg_dir), transform=ImagePipeline())
-    for prep in (None, "auto"):  # no CUDA device: nothing to measure against
-        plain = unstall.DataLoader(dataset, batch_size=4, device="cpu", prep=prep)
-        assert plain.prep == "cpu" and plain.stats()["prep_plan"] == {"mode": "cpu"}
+    plain = unstall.DataLoader(dataset, batch_size=4, device="cpu")
+    assert plain.prep == "cpu" and plain.stats()["prep_plan"] == {"mode": "cpu"}
+    assert unstall.DataLoader(dataset, batch_size=4, prep="auto").prep == "cpu"  # no device
+
+
+def test_auto_measures_then_settles_and_says_why(jpeg_dir, monkeypatch, caplog):
+    monkeypatch.setenv(ENGINE_ENV, "torch")
+    auto = loader(jpeg_dir, "auto")
+    want = list(loader(jpeg_dir, "cpu"))
+    with caplog.at_level(logging.INFO, logger="unstall"):
+        for epoch in range(4):  # 3 batches an epoch: it decides after 8
+            got = list(auto)
+            assert sorted(torch.cat([y for _, y in got]).tolist()) == list(range(N))
+            if epoch == 0:
+                assert_same_samples(got, want, CLOSE["torch"])
+    plan = auto.stats()["prep_plan"]
+    assert plan["requested"] == "auto" and plan["mode"] in ("cpu", "gpu", "hybrid")
+    assert plan["why"].startswith("measured CPU workers ~") and plan["gpu_rate_per_s"] > 0
+    lines = [r.getMessage() for r in caplog.records if "chose" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith(f"prep='auto' chose {plan['mode']} after 8")
+    assert plan["cpu_samples"] + plan["gpu_samples"] == 4 * N

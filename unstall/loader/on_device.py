@@ -73,7 +73,8 @@ def plan_prep(
     none, a share that follows the measured rates, or whatever ``auto`` settles on.
     ``None`` is ``"auto"`` on a CUDA device with the standard pipeline and a GPU decoder
     importable, else ``"cpu"``; the choice is logged in one line. On ``device="cpu"``
-    (CI) an explicit ``"gpu"``/``"hybrid"`` runs the same stage with a CPU engine.
+    (CI) an explicit ``"auto"``/``"gpu"``/``"hybrid"`` runs the same stage with a CPU
+    engine; ``"auto"`` without a device or the standard pipeline is ``"cpu"``.
     """
     if prep not in (None, *PREPS):
         raise ValueError(f"prep={prep!r} must be one of {PREPS} or None (choose by device)")
@@ -83,9 +84,10 @@ def plan_prep(
         from unstall.gpu.engine import available_decoder
 
         standard = pipeline is not None and collate_fn is torch.utils.data.default_collate
-        if not (on_gpu and standard and batch_size is not None):
+        usable = standard and batch_size is not None and device is not None
+        if not usable or (prep is None and not on_gpu):
             return "cpu", dataset, collate_fn, None
-        if available_decoder() is None:
+        if on_gpu and available_decoder() is None:
             log.info(
                 "prep='auto': no GPU JPEG decoder importable (pip install 'unstall[dali]'): "
                 "preparing on the CPU workers"
