@@ -230,3 +230,25 @@ def test_auto_measures_then_settles_and_says_why(jpeg_dir, monkeypatch, caplog):
     lines = [r.getMessage() for r in caplog.records if "chose" in r.getMessage()]
     assert len(lines) == 1 and lines[0].startswith(f"prep='auto' chose {plan['mode']} after 8")
     assert plan["cpu_samples"] + plan["gpu_samples"] == 4 * N
+
+
+def test_coordinated_loaders_and_a_cache_work_with_hybrid_prep(jpeg_dir, monkeypatch):
+    """Two members of one group, each batch prepared once (split and all) and shared."""
+    monkeypatch.setenv(ENGINE_ENV, "torch")
+    group = f"hybrid-{os.getpid()}"
+    first = loader(jpeg_dir, "hybrid", workers=1, coordinate=group)
+    second = loader(jpeg_dir, "hybrid", workers=1, coordinate=group)
+    want = list(loader(jpeg_dir, "cpu", workers=1))
+    a, b = [], []
+    for x, y in zip(first, second, strict=True):
+        a.append(x)
+        b.append(y)
+    assert_same_samples(a, want, CLOSE["torch"])
+    assert_same_samples(b, want, CLOSE["torch"])
+    shared = first.stats()["coordination"], second.stats()["coordination"]
+    assert shared[0]["taken"] + shared[1]["taken"] > 0  # some batches came from the other
+    cached = loader(jpeg_dir, "hybrid", cache=unstall.Cache(2**24))
+    for _ in range(2):
+        ids = torch.cat([y for _, y in cached]).tolist()
+        assert sorted(ids) == list(range(N))
+    assert cached.stats()["cache"]["hits"] >= N  # the second epoch read from the cache
