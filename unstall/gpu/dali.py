@@ -84,6 +84,7 @@ class DaliEngine:
         self.name = f"DALI {nvidia.dali.__version__} ({where})"
         self._pipeline = pipeline
         self._pipe: Any = None
+        self._inputs: list[np.ndarray] = []
         self.rejected_batches = 0
         _live.add(self)
 
@@ -96,7 +97,9 @@ class DaliEngine:
             )
         pipe = self._pipe if self._pipe is not None else self._build()
         boxes = encoded["boxes"].numpy().astype(np.float32)
-        pipe.feed_input("jpegs", np.split(encoded[ENCODED].numpy(), offsets[1:-1]))
+        # no_copy: DALI reads the batch's own memory; kept referenced until the next call
+        self._inputs = np.split(encoded[ENCODED].numpy(), offsets[1:-1])
+        pipe.feed_input("jpegs", self._inputs)
         pipe.feed_input("anchor", np.ascontiguousarray(boxes[:, :2]))  # (x, y)
         pipe.feed_input("shape", np.ascontiguousarray(boxes[:, 2:]))  # (width, height)
         pipe.feed_input("mirror", encoded["flips"].numpy().astype(np.int32))
@@ -109,6 +112,7 @@ class DaliEngine:
     def close(self) -> None:
         """Drop the DALI pipeline (its threads and device buffers go with it)."""
         self._pipe = None
+        self._inputs = []
 
     def _build(self) -> Any:
         from nvidia.dali import fn, pipeline_def, types  # type: ignore[import-not-found]
@@ -127,7 +131,7 @@ class DaliEngine:
             prefetch_queue_depth=1,
         )
         def graph() -> Any:
-            jpegs = fn.external_source(name="jpegs", dtype=types.UINT8, ndim=1)
+            jpegs = fn.external_source(name="jpegs", dtype=types.UINT8, ndim=1, no_copy=True)
             anchor = fn.external_source(name="anchor", dtype=types.FLOAT, ndim=1)
             shape = fn.external_source(name="shape", dtype=types.FLOAT, ndim=1)
             mirror = fn.external_source(name="mirror", dtype=types.INT32, ndim=0)
