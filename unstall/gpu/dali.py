@@ -56,6 +56,10 @@ class DaliEngine:
         hw_decoder_load: share of each batch DALI sends to the hardware JPEG engines
             (H100, A100); measured best at 1.0 on an H100 (DESIGN.md section 8).
         num_threads: DALI's CPU threads (parsing, host-side decode work).
+        fancy_upsampling: chroma upsampling as libjpeg-turbo's (the CPU path's) in the
+            ``mixed`` decoder too. Off by default, as in DALI and in the H100 runs of
+            DESIGN.md section 8 (whether it slows the hardware decoder is not measured
+            yet); the CPU backend upsamples that way regardless.
     """
 
     def __init__(
@@ -67,6 +71,7 @@ class DaliEngine:
         key_of: Callable[[int], str],
         hw_decoder_load: float = 1.0,
         num_threads: int | None = None,
+        fancy_upsampling: bool = False,
     ):
         import nvidia.dali  # type: ignore[import-not-found]  # fail early when missing
 
@@ -79,6 +84,7 @@ class DaliEngine:
         self.batch_size = batch_size
         self.key_of = key_of
         self.hw_decoder_load = hw_decoder_load
+        self.fancy_upsampling = fancy_upsampling
         self.num_threads = num_threads or (4 if self.cuda else 1)
         where = "mixed: hardware JPEG decoder, else nvJPEG" if self.cuda else "CPU backend"
         self.name = f"DALI {nvidia.dali.__version__} ({where})"
@@ -143,7 +149,7 @@ class DaliEngine:
                 normalized_anchor=False,
                 normalized_shape=False,
                 output_type=types.RGB,
-                jpeg_fancy_upsampling=True,  # libjpeg-turbo's default, as the CPU path
+                jpeg_fancy_upsampling=self.fancy_upsampling,
                 **hints,
             )
             images = fn.resize(
