@@ -45,14 +45,14 @@ def jpeg_dir(tmp_path_factory):
     return write_jpegs(tmp_path_factory.mktemp("hybrid"), N, classes=N, seed=5)
 
 
-def loader(root, prep, *, workers=2, seed=7, shuffle=True, **kw):
+def loader(root, prep, *, workers=2, seed=7, shuffle=True, device="cpu", **kw):
     dataset = unstall.ImageFolder(LocalStore(root), transform=ImagePipeline(seed=3))
     return unstall.DataLoader(
         dataset,
         batch_size=BATCH,
         shuffle=shuffle,
         seed=seed,
-        device="cpu",
+        device=device,
         prep=prep,
         num_workers=workers,
         **kw,
@@ -63,6 +63,7 @@ def assert_same_samples(got, want, tol):
     """Batch by batch: the same labels (sample ids) and each image close to the CPU path's."""
     assert len(got) == len(want)
     for (x, y), (x_cpu, y_cpu) in zip(got, want, strict=True):
+        x, y = x.cpu(), y.cpu()
         assert torch.equal(y, y_cpu)
         assert x.shape == x_cpu.shape and x.dtype == torch.float32
         per_image = (x - x_cpu).abs().flatten(1).mean(1)
@@ -252,3 +253,17 @@ def test_coordinated_loaders_and_a_cache_work_with_hybrid_prep(jpeg_dir, monkeyp
         ids = torch.cat([y for _, y in cached]).tolist()
         assert sorted(ids) == list(range(N))
     assert cached.stats()["cache"]["hits"] >= N  # the second epoch read from the cache
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("prep", ["hybrid", "gpu", "auto"])
+def test_on_cuda_every_sample_once_with_the_cpu_paths_crops(tmp_path, prep):
+    """The GPU stage on the device (DALI's mixed decoder where installed), odd files included."""
+    root = write_jpegs(tmp_path, 9, classes=12, seed=2)
+    for i, (name, data) in enumerate(special_jpegs().items()):
+        (root / f"c{9 + i}").mkdir()
+        (root / f"c{9 + i}" / name).write_bytes(data)
+    want = list(loader(root, "cpu"))
+    got = list(loader(root, prep, device="cuda"))
+    assert got[0][0].is_cuda
+    assert_same_samples(got, want, 0.08)  # GPU IDCT and chroma upsampling differ slightly
