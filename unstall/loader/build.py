@@ -78,7 +78,11 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
             f"device_transform={device_transform!r} needs a callable and a device: "
             "pass device='cuda' (or 'cpu') with it"
         )
-    prep, task_dataset, collate_fn, gpu_prep = plan_prep(a["prep"], dataset, device, collate_fn)
+    prep, task_dataset, collate_fn, gpu_prep = plan_prep(
+        a["prep"], dataset, device, collate_fn, batch_size=batch_size, num_workers=num_workers
+    )
+    if callable(getattr(gpu_prep, "close", None)):
+        weakref.finalize(owner, gpu_prep.close)  # e.g. DALI's threads and device buffers
     pin_memory = a["pin_memory"]
     zero_copy = check_zero_copy(a["zero_copy"], num_workers, pin_memory and device is None)
     zero_copy = zero_copy and not unbatched

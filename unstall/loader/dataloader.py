@@ -69,9 +69,13 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             ahead, so the copy overlaps the training step.
         device_transform: a callable applied to each batch on ``device``. Default:
             `NormalizeImages` when the dataset uses ``ImagePipeline(output="uint8")``.
-        prep: ``"cpu"`` (workers decode and augment) or ``"gpu"`` (workers only fetch;
-            decode, crop, flip and normalize run batched on the GPU). Default: ``"gpu"``
-            when ``device`` is a GPU and the dataset uses the standard `ImagePipeline`.
+        prep: ``"cpu"`` (workers decode and augment), ``"gpu"`` (workers fetch and draw
+            crops; a GPU stage, DALI where installed, decodes, crops, flips and
+            normalizes whole batches), ``"hybrid"`` (both on every batch, the CPU share
+            following both sides' measured rates) or ``"auto"`` (measures, then settles
+            on one of the three; ``stats()["prep_plan"]`` says which and why). Default:
+            ``"auto"`` when ``device`` is a GPU, the dataset uses the standard
+            `ImagePipeline` and a GPU decoder is importable, else ``"cpu"``.
         zero_copy: workers write batches into shared-memory slots the main process
             wraps without copying (default: on with workers, off with ``pin_memory``
             and no ``device``, so torch pins as before).
@@ -353,6 +357,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             cpu_s += self._stats.stage_cpu_s
         out["main_cpu_s"] = round(cpu_s, 6)
         out["main_cpu_ms_per_batch"] = round(1e3 * cpu_s / batches, 4) if batches else 0.0
+        plan = getattr(self._gpu_prep, "stats", None)
+        out["prep_plan"] = plan() if callable(plan) else {"mode": self.prep}
         if self._handoff is not None:
             out["zero_copy"] = self._handoff.stats()
         out["epoch"] = self._position[0] if self._position else self._next_epoch
