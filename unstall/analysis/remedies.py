@@ -137,23 +137,33 @@ def lean_pipeline_cpu(files: list[str]) -> float | None:
 
 
 def _gpu() -> dict[str, Any]:
-    """GPU decode: listed with what would be needed; priced only where measured."""
+    """GPU decode (`prep="auto"|"gpu"|"hybrid"`): listed with what it needs; priced only where
+    measured, never guessed."""
     try:
         import torch
 
         cuda = torch.cuda.is_available()
-    except Exception:
+    except Exception:  # no usable torch.cuda: no CUDA
         cuda = False
-    reason = (
-        "not measured: needs a run on the GPU (`unstall bench train --model NAME`)"
-        if cuda
-        else "not measured: no CUDA device on this machine"
-    )
+    try:
+        from unstall.gpu import available_decoder
+
+        decoder = available_decoder()
+    except Exception:  # a broken optional package counts as none
+        decoder = None
+    if not cuda:
+        reason = "not measured: no CUDA device on this machine"
+    elif decoder is None:
+        reason = "not measured: no GPU decoder installed (pip install 'unstall[dali]')"
+    else:
+        reason = f"not measured: {decoder} is importable; measure with `unstall bench train`"
     return {
         "remedy": "gpu",
-        "what": "decode and augment on the GPU: DataLoader(device='cuda', prep='gpu')",
+        "what": "decode and augment on the GPU beside the CPU workers: unstall.ImageFolder + "
+        "DataLoader(device='cuda', prep='auto' or 'hybrid')",
         "predicted_samples_per_s": None,
         "predicted_speedup": None,
         "not_measured": reason,
-        "applies": "unstall.ImageFolder + DataLoader(device='cuda', prep='gpu')",
+        "decoder": decoder,
+        "applies": "a change of dataset in the script (a few lines)",
     }
