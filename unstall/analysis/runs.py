@@ -277,7 +277,8 @@ def filled_cache(dataset: Any, indices: Sequence[int], sample_bytes: float) -> I
     store = getattr(dataset, "store", None)
     bypass = getattr(store, "bypass_page_cache", None)
     capacity = int(sample_bytes * len(indices) * 1.5) + (8 << 20)
-    cache = Cache(capacity, name=f"analyze-{os.getpid()}-{random.getrandbits(32):08x}")
+    name = f"analyze-{os.getpid()}-{random.getrandbits(32):08x}"
+    cache = Cache(capacity, name=name, keep=0)  # the analyzer's own: never kept for a next job
     try:
         layer = cache.bind(dataset)
         for i in range(0, len(indices), 64):

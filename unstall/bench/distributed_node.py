@@ -36,7 +36,7 @@ def main(cfg: dict[str, Any]) -> None:
 
         peers = Peers(timeout_s=2.0, tls=variant == "partitioned")
     capacity = cfg["dataset_bytes"] * 2 if variant == "local" else cfg["capacity"]
-    cache = Cache(capacity, peers=peers, name=f"bench-{variant}")
+    cache = Cache(capacity, peers=peers, name=f"bench-{variant}", keep=0)
     loader = DataLoader(
         dataset,
         batch_size=cfg["batch_size"],

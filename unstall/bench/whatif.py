@@ -81,7 +81,8 @@ def _cache_holding(dataset: Any, order: Sequence[int], fraction: float) -> Itera
         return
     chosen = [i for k, i in enumerate(order) if int((k + 1) * fraction) > int(k * fraction)]
     sizes = [os.path.getsize(dataset.store.path(dataset.key(i))) for i in chosen]
-    cache = Cache(int(sum(sizes) * 1.2) + (4 << 20), name=f"whatif-{random.getrandbits(32):08x}")
+    name = f"whatif-{random.getrandbits(32):08x}"
+    cache = Cache(int(sum(sizes) * 1.2) + (4 << 20), name=name, keep=0)
     try:
         fill = FileDataset(dataset.store.inner, dataset.keys)  # same segment, unthrottled
         layer = cache.bind(fill)

@@ -322,10 +322,13 @@ def remove(path: str, *, force: bool = False) -> bool:
 def _map(
     path: str, *, skip: tuple[type[OSError], ...] = (FileNotFoundError,)
 ) -> ShmCache | Literal["missing", "foreign"]:
-    """Map the file at ``path``: the segment, ``"missing"`` (an error in ``skip`` on open)
-    or ``"foreign"`` (not a segment: too short, or another layout's header)."""
+    """Map the file at ``path``: the segment, ``"missing"`` (an error in ``skip`` on open, or
+    a directory: e.g. a coordination group's, never a segment, never removed here) or
+    ``"foreign"`` (not a segment: too short, or another layout's header)."""
     try:
         fd = os.open(path, os.O_RDWR)
+    except IsADirectoryError:
+        return "missing"
     except skip:
         return "missing"
     try:
