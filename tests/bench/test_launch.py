@@ -11,6 +11,7 @@ def test_bench_launch_reports_the_three_cases():
     cases = [r["case"] for r in result.rows]
     assert cases == [
         "python examples/train_min.py",
+        "a tiny loader script (the fixed cost)",
         "true (the launcher alone)",
         "python -c 'import torch' (start-up hook)",
     ]
