@@ -29,7 +29,7 @@ def test_the_launcher_imports_nothing_heavy_before_it_execs(tmp_path):
         "    os._exit(0)\n"
         "os.execve = execve\n"
         "from unstall.cli import main\n"
-        "main(['run', '--', 'true'])\n"
+        "main(['run', '--', sys.executable, '-c', 'pass'])\n"
     )
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     done = subprocess.run(
@@ -82,3 +82,18 @@ def _run_env(tmp_path: Path) -> dict[str, str]:
     env = run_env(base={"PYTHONPATH": os.environ.get("PYTHONPATH", "")}, root_pid=1)
     env["UNSTALL_RUN_DIR"] = str(tmp_path / "never-made")
     return env
+
+
+def test_a_shell_script_that_starts_python_gets_its_summary(tmp_path):
+    train = tmp_path / "train.sh"
+    loader = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "print(sum(len(b) for b in DataLoader(list(range(20)), batch_size=8)))\n"
+    )
+    train.write_text(f"#!/bin/sh\n{sys.executable} -c '{loader}'\n")
+    done = unstall_run("sh", str(train), tmp_path=tmp_path)
+    assert (done.returncode, done.stdout.strip()) == (0, "20"), done.stderr[-2000:]
+    assert "where the training loop waited for data" in done.stderr  # printed by the launcher
+    assert "1 x 3" in done.stderr  # one epoch of 3 batches
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.sh"]

@@ -150,3 +150,17 @@ def test_iterable_dataset_epochs_end_the_same_ways():
     s = loader.stats()
     assert (s["batches"], s["samples"], s["epochs_completed"]) == (6, 24, 2)
     assert s["stall_fraction"] <= 1
+
+
+def test_an_iterator_kept_to_the_end_ends_its_epoch_at_exit():
+    from unstall.loader.iterate import end_open_epochs
+
+    loader = unstall.DataLoader(Slow(16), batch_size=4)
+    kept = iter(loader)
+    assert [len(next(kept)) for _ in range(len(loader))] == [4, 4, 4, 4]
+    assert loader.stats()["epochs_completed"] == 0
+    end_open_epochs()  # what `unstall run` does at the program's exit
+    s = loader.stats()
+    assert (s["epochs_completed"], [e["batches"] for e in s["per_epoch"]]) == (1, [4])
+    end_open_epochs()  # again: nothing more
+    assert loader.stats()["epochs_completed"] == 1

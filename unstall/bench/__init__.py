@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "whatif": "unstall.bench.whatif",
     "distributed": "unstall.bench.distributed",
     "listing": "unstall.bench.listing",
+    "launch": "unstall.bench.launch",
 }
 
 

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import sys
+import textwrap
 import time
 import weakref
 from pathlib import Path
@@ -156,6 +157,9 @@ def write_own() -> None:
     run_dir = _run_dir()
     if _watcher is None or run_dir is None or not _watcher.records or not _root_alive():
         return
+    from unstall.loader.iterate import end_open_epochs
+
+    end_open_epochs()  # an iterator kept to the end: its epoch ends with the program
     used, folded = fold(_watcher.refresh())
     rank = _env_int("RANK")
     doc = {
@@ -225,7 +229,8 @@ def print_summary() -> None:
 
 
 def render(docs: list[dict[str, Any]]) -> str:
-    """The summary as text: a rich table, or one line when no loader handed out a batch."""
+    """The summary as text: a table (plain text: importing rich at every exit would cost
+    the run more than the rest of the report), or one line when no loader handed out a batch."""
     folded = sum(len(d.get("folded", [])) for d in docs)
     if not any(d["loaders"] for d in docs):
         if folded:
@@ -234,48 +239,56 @@ def render(docs: list[dict[str, Any]]) -> str:
                 "from any, so there is no stall to report\n"
             )
         return "unstall run: the program made no DataLoader, so there is no stall to report\n"
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="unstall run: where the training loop waited for data")
-    columns = ("process", "loader", "epochs", "batches", "waiting", "fetch/batch", "prep/batch")
-    for column in (*columns, "rate"):
-        table.add_column(column, justify="left" if column in ("process", "loader") else "right")
+    header = ("process", "loader", "epochs", "batches", "waiting", "fetch/batch", "prep/batch")
+    rows = [(*header, "rate")]
     for doc in docs:
         who = f"rank {doc['rank']}" if doc["rank"] is not None else f"pid {doc['pid']}"
         for row in doc["loaders"]:
-            table.add_row(
-                who,
-                f"#{row['loader']} {row['dataset']}",
-                _epochs(row),
-                str(row["batches"]),
-                f"{100 * row['wait_share']:.1f} % ({row['wait_s']:.2f} s)",
-                _ms(row["fetch_ms_per_batch"]),
-                _ms(row["prep_ms_per_batch"]),
-                f"{row['samples_per_s']:,.0f}/s",
+            rows.append(
+                (
+                    who,
+                    f"#{row['loader']} {row['dataset']}",
+                    _epochs(row),
+                    str(row["batches"]),
+                    f"{100 * row['wait_share']:.1f} % ({row['wait_s']:.2f} s)",
+                    _ms(row["fetch_ms_per_batch"]),
+                    _ms(row["prep_ms_per_batch"]),
+                    f"{row['samples_per_s']:,.0f}/s",
+                )
             )
-    console = Console(file=None, stderr=True, record=True, width=110)
-    with console.capture() as capture:
-        console.print(table)
-        console.print(
-            "waiting: time in the loader's __next__ as a share of the time its iterators "
-            "ran (from iter() to the last batch); epochs: completed (batches each); "
-            "fetch/prep: a worker's time per batch (fetch shows '-' when the dataset does "
-            "not separate fetching from preparing: prep then holds both)"
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(
+            c.ljust(w) if i < 2 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    out = ["unstall run: where the training loop waited for data", line(rows[0])]
+    out.append("  ".join("-" * w for w in widths))
+    out.extend(line(r) for r in rows[1:])
+    out.extend(
+        textwrap.wrap(
+            "waiting: time in the loader's __next__ as a share of the time its iterators ran "
+            "(from iter() to the last batch); epochs: completed x batches each; fetch/prep: a "
+            "worker's time per batch (fetch shows '-' when the dataset does not separate "
+            "fetching from preparing: prep then holds both)",
+            width=100,
         )
-        if folded:
-            replaced = sum(1 for d in docs for f in d.get("folded", []) if f["why"] == "replaced")
-            console.print(
-                f"not shown: {folded} loader(s) that handed out no batch"
-                + (f" ({replaced} replaced by a framework before use)" if replaced else "")
-            )
-    return capture.get()
+    )
+    if folded:
+        replaced = sum(1 for d in docs for f in d.get("folded", []) if f["why"] == "replaced")
+        out.append(
+            f"not shown: {folded} loader(s) that handed out no batch"
+            + (f" ({replaced} replaced by a framework before use)" if replaced else "")
+        )
+    return "\n".join(out) + "\n"
 
 
 def _epochs(row: dict[str, Any]) -> str:
     sizes = set(row.get("batches_per_epoch", []))
     done = row.get("epochs_completed", 0)
-    return f"{done} × {sizes.pop()}" if len(sizes) == 1 else str(done)
+    return f"{done} x {sizes.pop()}" if len(sizes) == 1 else str(done)
 
 
 def _ms(value: float | None) -> str:

@@ -95,9 +95,12 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
         zero_copy = False
     if device is not None or zero_copy:
         pin_memory = False  # the device stage pins (slots are page-locked once)
-    from unstall.cache.tiers import bind_cache  # None: a disk tier for remote data; False: none
+    fetch_layer: FetchLayer | None = None
+    if a["cache"] is not None or callable(getattr(dataset, "fetch", None)):
+        # None: a disk tier for remote data; False: none (a plain dataset loads no cache code)
+        from unstall.cache.tiers import bind_cache
 
-    fetch_layer: FetchLayer | None = bind_cache(a["cache"], dataset)
+        fetch_layer = bind_cache(a["cache"], dataset)
     sources: list[Callable[[], dict[str, Any]]] = []
     for part in (fetch_layer, getattr(dataset, "store", None)):
         if part is not None and callable(getattr(part, "stats", None)):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,6 +24,16 @@ from unstall.loader.handoff import unpack
 from unstall.loader.slot_handoff import SlotHandoff
 from unstall.loader.stats import LoaderStats, batch_size_of
 from unstall.loader.worker_death import release_stuck_locks
+
+#: Iterators not yet garbage: `end_open_epochs` ends theirs at exit.
+_open: weakref.WeakSet[_Timed] = weakref.WeakSet()
+
+
+def end_open_epochs() -> None:
+    """End the epoch of every iterator still alive (at exit: a framework may keep its last
+    epoch's iterator to the end, e.g. one stopped after ``len(loader)`` batches)."""
+    for it in list(_open):
+        it.end_epoch()
 
 
 class _Timed:
@@ -54,6 +65,7 @@ class _Timed:
         self._counted = False  # the epoch was counted as completed
         self._broken = False  # failed (e.g. a worker died): the epoch never completes
         self._clock = stats.clock()
+        _open.add(self)
 
     def __iter__(self) -> Any:
         return self

@@ -9,6 +9,7 @@ to a `DeviceStage` one batch ahead, and are handed out ready on the device.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,8 +30,10 @@ PREPS = ("auto", "cpu", "gpu", "hybrid")
 
 def standard_pipeline(dataset: Any) -> Any:
     """The dataset's `ImagePipeline` if it uses the standard one (so GPU prep can replace it)."""
-    from unstall.pipeline import ImagePipeline
-
+    transforms = sys.modules.get("unstall.pipeline.transforms")
+    if transforms is None:  # no ImagePipeline was ever made: nothing to load for it
+        return None
+    ImagePipeline = transforms.ImagePipeline
     transform = getattr(dataset, "transform", None)
     if type(transform) is ImagePipeline and callable(getattr(dataset, "fetch", None)):
         return transform
