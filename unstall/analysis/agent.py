@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from unstall.analysis.procstat import snapshot, workers_cpu
-from unstall.analysis.steady import Handout, Window, burst_depth, enough, steady_window
+from unstall.analysis.steady import (
+    Handout,
+    Window,
+    burst_depth,
+    enough,
+    loader_worker_pids,
+    steady_window,
+)
 from unstall.loader import hooks
 
 MODES = ("synthetic", "cold", "cached")
@@ -179,6 +186,7 @@ class Agent:
             "burst": watch.burst,
             "batches": len(watch.handed),
             "main_cpu_s": window.main_cpu_s,
+            "passthrough": bool(getattr(loader, "_passthrough", False)),
             "workers_cpu_s": window.workers_cpu_s,
             "workers_runq_s": window.workers_runq_s,
             "machine_busy_s": window.machine_busy_s,
@@ -233,14 +241,10 @@ def _handout(wait_s: float, samples: int, seg: int, pids: list[int] | None = Non
 
 
 def _worker_pids(watch: Watch) -> list[int] | None:
-    """The worker processes of a loader on torch's own iterator (an iterable dataset), whose
-    batches carry no timings: they are read from /proc instead."""
-    if not getattr(watch.loader, "_passthrough", False):
-        return None
-    current = getattr(watch.loader, "_current", None)
-    it = current() if callable(current) else None
-    workers = getattr(getattr(it, "_torch_iter", None), "_workers", None) or []
-    return [p.pid for p in workers if getattr(p, "pid", None)]
+    """The loader's worker processes, read from /proc: all their threads' CPU (the spans hold
+    only the preparing thread's), and for an iterable dataset's workers, whose batches carry
+    no timings, all there is."""
+    return loader_worker_pids(watch.loader)
 
 
 def _batch_len(batch: Any) -> int:

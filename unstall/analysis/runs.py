@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from unstall.analysis.procstat import machine_busy_s
-from unstall.analysis.steady import burst_depth
+from unstall.analysis.procstat import machine_busy_s, workers_cpu
+from unstall.analysis.steady import burst_depth, loader_worker_pids
 from unstall.loader import DataLoader, SplitDataset
 from unstall.loader.sampling import OrderSpec
 
@@ -119,13 +119,15 @@ class Run:
     proc_cpu_s: float = 0.0
     #: CPU seconds the whole machine was busy over the measured steps (other jobs included)
     machine_busy_s: float = 0.0
+    #: CPU seconds of the loader's worker processes (all threads) over the measured steps
+    workers_cpu_s: float = 0.0
 
     def other_cores(self) -> float:
         """Cores other processes kept busy during the run: the machine's busy time less this
         process's and its workers' (their CPU per batch, from the spans)."""
         if self.wall_s <= 0 or not self.spans:
             return 0.0
-        workers = sum(s[6] for s in self.spans)
+        workers = self.workers_cpu_s or sum(s[6] for s in self.spans)
         return max(0.0, (self.machine_busy_s - self.proc_cpu_s - workers) / self.wall_s)
 
     @property
@@ -167,8 +169,13 @@ def train_loop(
     warmup: int,
     steps: int,
     on_step: Callable[[], None] | None = None,
+    workers: Callable[[], list[int]] | None = None,
 ) -> Run:
-    """Time ``steps`` steps after ``warmup``: per step the wait for data, then the model."""
+    """Time ``steps`` steps after ``warmup``: per step the wait for data, then the model.
+
+    ``workers``: the loader's worker processes, whose whole CPU (all threads) is read
+    around the window, so other processes' use of the cores is told apart from ours.
+    """
     for _ in range(warmup):
         batch = next(batches, None)
         if batch is None:
@@ -178,6 +185,8 @@ def train_loop(
     samples = done = 0
     step_s: list[float] = []
     compute_steps: list[float] = []
+    pids = workers() if workers is not None else []
+    w0 = workers_cpu(pids)[0] if pids else 0.0
     cpu0, busy0 = os.times(), machine_busy_s()
     start = time.perf_counter()
     t0 = start
@@ -209,6 +218,7 @@ def train_loop(
         compute_steps=compute_steps,
         proc_cpu_s=(cpu1.user + cpu1.system) - (cpu0.user + cpu0.system),
         machine_busy_s=machine_busy_s() - busy0,
+        workers_cpu_s=workers_cpu(pids)[0] - w0 if pids else 0.0,
     )
 
 
@@ -238,7 +248,8 @@ def loader_run(
         batches = (work.to_device(b) for b in it) if work.to_device is not None else it
         # the workers' start-up burst is never timed: it runs at the model's speed
         warm = warmup + burst_depth(loader)
-        run = train_loop(kind, batches, work.step, warmup=warm, steps=steps, **kw)
+        pids = lambda: loader_worker_pids(loader)  # noqa: E731
+        run = train_loop(kind, batches, work.step, warmup=warm, steps=steps, workers=pids, **kw)
         stats = loader.stats()
     finally:
         del it

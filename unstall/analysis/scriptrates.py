@@ -78,7 +78,7 @@ def figures(doc: dict[str, Any]) -> WindowFigures:
         out.worker_runq_s = runq / n
         out.worker_io_s = max(0.0, task_wall - cpu - runq) / n
         out.spans = len(spans)
-    elif samples and doc.get("workers_cpu_s", 0.0) > 0:
+    elif samples and doc.get("workers_cpu_s", 0.0) > 0 and doc.get("passthrough"):
         # an iterable dataset's workers, from /proc over the window: a worker's time that is
         # neither CPU nor waiting for a core is I/O (or idle, when the loop does not wait)
         workers = int(doc.get("num_workers") or 0)
@@ -96,7 +96,9 @@ def figures(doc: dict[str, Any]) -> WindowFigures:
         if stats.get("samples"):
             out.loop_cpu_s = float(stats.get("main_cpu_s", 0.0)) / stats["samples"]
         if wall > 0 and out.worker_cpu_s is not None:
-            ours = doc.get("main_cpu_s", 0.0) + out.worker_cpu_s * samples
+            # the workers' whole CPU (all threads, fetching too) when /proc gave it
+            workers = doc.get("workers_cpu_s", 0.0) or out.worker_cpu_s * samples
+            ours = doc.get("main_cpu_s", 0.0) + workers
             out.other_cores = max(0.0, (doc.get("machine_busy_s", 0.0) - ours) / wall)
     return out
 

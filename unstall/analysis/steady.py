@@ -66,6 +66,14 @@ def burst_depth(loader: Any) -> int:
     return workers * int(getattr(loader, "prefetch_factor", None) or 2)
 
 
+def loader_worker_pids(loader: Any) -> list[int]:
+    """Process ids of the workers of ``loader``'s current iterator (none when unknown)."""
+    current = getattr(loader, "_current", None)
+    it = current() if callable(current) else None
+    workers = getattr(getattr(it, "_torch_iter", None), "_workers", None) or []
+    return [p.pid for p in workers if getattr(p, "pid", None)]
+
+
 def steady_window(handouts: list[Handout], *, skip_first: int, skip_each: int) -> Window:
     """The steps after each iterator's burst (and the first iterator's warm-up), settled."""
     out = Window()
