@@ -64,6 +64,7 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
             seed=a["seed"],
             rank=a["rank"],
             world_size=a["world_size"],
+            permute=getattr(dataset, "epoch_order", None),
         )
         plan = PlanSampler(order, lookahead=_lookahead(dataset, num_workers))
 
@@ -95,7 +96,9 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
 
     fetch_layer: FetchLayer | None = bind_cache(a["cache"], dataset)
     sources: list[Callable[[], dict[str, Any]]] = []
-    for part in (fetch_layer, getattr(dataset, "store", None)):
+    # a dataset with its own stats (sharded datasets, issue 32) reports them too
+    own = dataset if callable(getattr(dataset, "stats", None)) else None
+    for part in (fetch_layer, getattr(dataset, "store", None), own):
         if part is not None and callable(getattr(part, "stats", None)):
             sources.append(part.stats)
     task = BatchTask(
