@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "hpsearch": "unstall.bench.hpsearch",
     "whatif": "unstall.bench.whatif",
     "distributed": "unstall.bench.distributed",
+    "shards": "unstall.bench.shards",
 }
 
 

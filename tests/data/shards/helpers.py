@@ -82,3 +82,43 @@ def epoch_ids(loader: Any) -> list[int]:
 
 def env_without_cache(tmp: Path) -> dict[str, str]:
     return {**os.environ, "UNSTALL_CACHE_DIR": str(tmp)}
+
+
+def write_mds(out: Path, numbers: list[list[int]], seed: int = 0) -> list[Path]:
+    """MDS shards by the published layout (streaming's MDS format, version 2): per shard
+    ``shard.<s>.mds`` = uint32 count, uint32 offsets, samples; ``index.json`` naming them.
+    Columns as MDSWriter sorts them: image (bytes), key (str), label (int)."""
+    import json
+    import struct
+
+    out.mkdir(parents=True, exist_ok=True)
+    shards, paths = [], []
+    for s, group in enumerate(numbers):
+        samples = []
+        for n in group:
+            image, key = sample_bytes(n, seed), f"s{n:06d}".encode()
+            head = struct.pack("<II", len(image), len(key))
+            samples.append(head + image + key + struct.pack("<q", n))
+        start = 4 * (len(samples) + 2)
+        offsets = [start]
+        for data in samples:
+            offsets.append(offsets[-1] + len(data))
+        blob = struct.pack(f"<I{len(offsets)}I", len(samples), *offsets) + b"".join(samples)
+        name = f"shard.{s:05d}.mds"
+        (out / name).write_bytes(blob)
+        paths.append(out / name)
+        shards.append({
+            "column_encodings": ["bytes", "str", "int"],
+            "column_names": ["image", "key", "label"],
+            "column_sizes": [None, None, 8],
+            "compression": None,
+            "format": "mds",
+            "hashes": [],
+            "raw_data": {"basename": name, "bytes": len(blob), "hashes": {}},
+            "samples": len(samples),
+            "size_limit": 1 << 26,
+            "version": 2,
+            "zip_data": None,
+        })  # fmt: skip
+    (out / "index.json").write_text(json.dumps({"shards": shards, "version": 2}))
+    return [out / "index.json", *paths]

@@ -9,7 +9,8 @@ coordination apply unchanged. See ``ShardDataset`` for the read modes and
 from __future__ import annotations
 
 from unstall.data.shards.dataset import ShardDataset
+from unstall.data.shards.mds import MDSShards
 from unstall.data.shards.tar import ShardFormatError, TarShards
 from unstall.data.shards.urls import expand
 
-__all__ = ["ShardDataset", "ShardFormatError", "TarShards", "expand"]
+__all__ = ["MDSShards", "ShardDataset", "ShardFormatError", "TarShards", "expand"]

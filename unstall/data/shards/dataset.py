@@ -94,14 +94,14 @@ class ShardDataset(torch.utils.data.Dataset):
             self.files = ShardFiles(self.location.url)
             self.files.remove_stale(infos)
         self.disk_budget = total if not self.location.remote else budget
-        self.index = ShardIndex(infos, self._tables(infos))
+        self.index = ShardIndex(*self._tables(infos))
         if len(self.index) == 0:
             raise EmptyDatasetError(f"the shards under {self.location.url!r} hold no samples")
         self._check_fields()
 
     # Index ------------------------------------------------------------------------------
-    def _tables(self, infos: list[ShardInfo]) -> list[ShardTable]:
-        """Each shard's table: stored ones reused, the others built (`_build`)."""
+    def _tables(self, infos: list[ShardInfo]) -> tuple[list[ShardInfo], list[ShardTable]]:
+        """The shards and each one's table: stored ones reused, the others built (`_build`)."""
         directory = index_dir(self.location.url, self.kind)
         tables: list[ShardTable | None] = [load(directory, info) for info in infos]
         todo = [i for i, t in enumerate(tables) if t is None]
@@ -109,7 +109,7 @@ class ShardDataset(torch.utils.data.Dataset):
             for i, table in zip(todo, self._build([infos[i] for i in todo]), strict=True):
                 save(directory, infos[i], table)
                 tables[i] = table
-        return tables  # type: ignore[return-value]  # every None was filled
+        return infos, tables  # type: ignore[return-value]  # every None was filled
 
     def _build(self, infos: list[ShardInfo]) -> list[ShardTable]:
         """Index these shards (not indexed yet, or changed since)."""
