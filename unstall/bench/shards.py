@@ -143,6 +143,7 @@ class Rig:
         out: dict[str, Any] = {"s": [], "exact": [], "gets": []}
         t0 = time.perf_counter()
         loader = make()
+        out["make_s"] = time.perf_counter() - t0
         done = 0
         for _epoch in range(2):
             ids: list[int] = []

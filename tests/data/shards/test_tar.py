@@ -154,3 +154,27 @@ def _member(path, name):
 
     with tarfile.open(path) as tf:
         return tf.getmember(name)
+
+
+def test_fast_header_reader_matches_tarfile_and_pax_falls_back(tars, tmp_path):
+    import io
+    import tarfile
+
+    from unstall.data.shards.tar import _members_fast, _members_tarfile, index_tar
+
+    size = tars[0].stat().st_size
+    assert _members_fast(str(tars[0]), "s", size) == _members_tarfile(str(tars[0]), "s", size)
+    pax = tmp_path / "pax.tar"
+    long_dir = "d" * 120  # longer than a ustar name: a pax header
+    with tarfile.open(pax, "w", format=tarfile.PAX_FORMAT) as tf:
+        for n in range(3):
+            for ext, data in (("jpg", sample_bytes(n)), ("cls", str(n).encode())):
+                info = tarfile.TarInfo(f"{long_dir}/{n:04d}.{ext}")
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    table = index_tar(str(pax), "pax.tar")
+    assert table.keys == [f"{long_dir}/{n:04d}" for n in range(3)]
+    ds = TarShards(str(pax))
+    assert [(bytes(x), y) for x, y in (ds[i] for i in range(3))] == [
+        (sample_bytes(n), n) for n in range(3)
+    ]

@@ -115,14 +115,6 @@ class ShardDataset(torch.utils.data.Dataset):
         """Index these shards (not indexed yet, or changed since)."""
         raise NotImplementedError
 
-    def _local_copies(self, infos: list[ShardInfo]) -> list[str]:
-        """Local files of whole shards, for indexing: in place, or downloaded (all in flight)."""
-        if not self.location.remote:
-            return [self.location.path(i.key) for i in infos]
-        assert self.files is not None
-        self.files.ensure(self.location, infos)
-        return [self.files.path(i) for i in infos]
-
     def _check_fields(self) -> None:
         """Fail at construction, naming the fields there are, when image or label is absent."""
         have = set(self.index.fields)

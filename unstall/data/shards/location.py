@@ -148,11 +148,13 @@ class Location:
         work = [(info.key, ranges, info.version or None) for info, ranges in items]
         return self._call("read_ranges", work)
 
-    def download(self, items: list[tuple[ShardInfo, str]]) -> None:
-        """Whole remote shards into local files ``(info, dest path)``, all in flight."""
-        if items:
-            work = [(i.key, dest, i.size, i.version or None) for i, dest in items]
-            self._call("download_many", work)
+    def download(self, items: list[tuple[ShardInfo, str]], then: Any = None) -> list[Any]:
+        """Whole remote shards into local files ``(info, dest path)``, all in flight;
+        ``then(dest, key)`` runs on each as it completes (see `ShardClient.download_many`)."""
+        if not items:
+            return []
+        work = [(i.key, dest, i.size, i.version or None) for i, dest in items]
+        return self._call("download_many", work, then)
 
     def _call(self, op: str, *args: Any) -> Any:
         from unstall.data.shards.s3_client import ShardClient, child_call

@@ -132,7 +132,18 @@ class MDSShards(ShardDataset):
         return tables
 
     def _read_heads(self, items: list[tuple[ShardInfo, int]]) -> list[bytes]:
-        """The first bytes of each file (all requests in flight on S3)."""
+        """The first bytes of each file: whole shards are downloaded first when they are to be
+        kept (so their headers cost no extra GET), else ranged GETs, all in flight."""
+        if self.location.remote and self.keep and self.files is not None:
+            shards = [info for info, _ in items if info.key != INDEX]
+            self.files.ensure(self.location, shards)
+            out = []
+            for info, size in items:
+                if info.key == INDEX:
+                    out.append(self.location.read_ranges([(info, [(0, size)])])[0][0])
+                else:
+                    out.append(self.files.pread(info, 0, size))
+            return out
         if self.location.remote:
             got = self.location.read_ranges([(info, [(0, size)]) for info, size in items])
             return [parts[0] for parts in got]

@@ -12,6 +12,7 @@ client and never one whose runtime it inherited (obstore does not survive fork).
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 import threading
@@ -29,6 +30,14 @@ T = TypeVar("T")
 CHUNK = 8 << 20
 #: GETs in flight per process.
 INFLIGHT = 32
+
+
+def chunks(size: int) -> list[tuple[int, int]]:
+    """``size`` bytes as equal ranges of about ``CHUNK`` (a shard a little over k chunks,
+    such as a 64 MiB shard plus its tar padding, takes k GETs, not k + 1)."""
+    parts = max(1, math.ceil(size / CHUNK - 0.25))
+    step = -(-size // parts)
+    return [(a, min(a + step, size)) for a in range(0, size, step)] if size else []
 
 
 class ShardChangedError(StoreError):
@@ -104,36 +113,45 @@ class ShardClient:
 
         return self._run(all_ranges())
 
-    def download_many(self, items: list[tuple[str, str, int, str | None]]) -> None:
+    def download_many(
+        self,
+        items: list[tuple[str, str, int, str | None]],
+        then: Callable[[str, str], Any] | None = None,
+    ) -> list[Any]:
         """Fetch whole shards ``(key, dest path, size, ETag)`` into files, all in flight.
 
         Each is written to ``dest + ".part"`` and renamed when complete, so a file at
-        ``dest`` is always a whole shard.
+        ``dest`` is always a whole shard. ``then(dest, key)`` runs on a thread as each
+        shard completes, while the others still arrive (e.g. indexing it); the results
+        come back in the items' order.
         """
 
-        async def one(key: str, dest: str, size: int, etag: str | None) -> None:
+        async def one(key: str, dest: str, size: int, etag: str | None) -> Any:
             part = f"{dest}.part.{os.getpid()}"
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 if size:
                     os.ftruncate(fd, size)
 
-                async def chunk(a: int) -> None:
-                    data = await self._range(key, a, min(a + CHUNK, size), etag)
+                async def chunk(a: int, b: int) -> None:
+                    data = await self._range(key, a, b, etag)
                     os.pwrite(fd, data, a)
 
-                await asyncio.gather(*(chunk(a) for a in range(0, size, CHUNK)))
+                await asyncio.gather(*(chunk(a, b) for a, b in chunks(size)))
             except BaseException:
                 os.close(fd)
                 os.unlink(part)
                 raise
             os.close(fd)
             os.replace(part, dest)
+            if then is None:
+                return None
+            return await asyncio.get_running_loop().run_in_executor(None, then, dest, key)
 
-        async def all_downloads() -> None:
-            await asyncio.gather(*(one(*item) for item in items))
+        async def all_downloads() -> list[Any]:
+            return list(await asyncio.gather(*(one(*item) for item in items)))
 
-        self._run(all_downloads())
+        return self._run(all_downloads())
 
     def close(self) -> None:
         if self.pid == os.getpid() and self._loop.is_running():

@@ -61,15 +61,17 @@ class ShardFiles:
                     with contextlib.suppress(OSError):
                         os.unlink(entry.path)
 
-    def ensure(self, location: Any, infos: list[ShardInfo]) -> None:
+    def ensure(self, location: Any, infos: list[ShardInfo], then: Any = None) -> dict[str, Any]:
         """Make every shard of ``infos`` present locally, downloading each at most once per node.
 
         Shards no other process is fetching are downloaded together (all in flight);
         then this waits for the ones others are fetching (and fetches any they failed to).
+        Returns ``then(path, key)`` of each shard this call downloaded, by key.
         """
+        done: dict[str, Any] = {}
         missing = [i for i in dict.fromkeys(infos) if not self.have(i)]
         if not missing:
-            return
+            return done
         ours: list[tuple[ShardInfo, int]] = []
         theirs: list[ShardInfo] = []
         try:
@@ -85,7 +87,8 @@ class ShardFiles:
                     _unlock(fd)
                 else:
                     ours.append((info, fd))
-            location.download([(info, self.path(info)) for info, _ in ours])
+            results = location.download([(info, self.path(info)) for info, _ in ours], then)
+            done.update((info.key, r) for (info, _), r in zip(ours, results, strict=True))
             self.downloaded += len(ours)
         finally:
             for _, fd in ours:
@@ -95,10 +98,11 @@ class ShardFiles:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 if not self.have(info):  # the other process failed: fetch it here
-                    location.download([(info, self.path(info))])
+                    done[info.key] = location.download([(info, self.path(info))], then)[0]
                     self.downloaded += 1
             finally:
                 _unlock(fd)
+        return done
 
     def pread(self, info: ShardInfo, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the local copy of ``info``'s shard."""

@@ -32,6 +32,12 @@ class ShardFormatError(SampleError):
 def index_tar(path: str, shard: str) -> ShardTable:
     """The samples of the tar file at ``path`` (named ``shard`` in messages)."""
     size = os.path.getsize(path)
+    try:
+        members, end = _members_fast(path, shard, size)
+    except _Unusual:  # pax or GNU long-name headers, base-256 sizes: Python's tarfile reads them
+        members, end = _members_tarfile(path, shard, size)
+    last = members[-1][0] if members else "(the first member)"
+    _check_tail(path, shard, size, end, last)
     keys: list[str] = []
     spans: list[tuple[int, int]] = []
     first = [0]
@@ -41,50 +47,28 @@ def index_tar(path: str, shard: str) -> ShardTable:
     m_size: list[int] = []
     current: str | None = None
     seen: set[str] = set()
-    last = "(the first member)"
-    end_of_members = 0
-    try:
-        with tarfile.open(path, mode="r:") as tf:
-            for info in tf:
-                if info.offset_data + info.size > size:
-                    raise ShardFormatError(
-                        f"tar shard {shard!r} is truncated: member {info.name!r} needs bytes "
-                        f"{info.offset_data}..{info.offset_data + info.size} of a "
-                        f"{size}-byte file",
-                        key=f"{shard}:{info.name}",
-                    )
-                end_of_members = info.offset_data + info.size
-                last = info.name
-                if not info.isfile():
-                    continue
-                match = _KEY_EXT.match(info.name)
-                if match is None or info.name.rsplit("/", 1)[-1].startswith("__"):
-                    continue  # no extension: webdataset skips such members too
-                key, ext = match.group(1), match.group(2).lower()
-                if key != current:
-                    if current is not None:
-                        first.append(len(m_off))
-                    current, seen = key, set()
-                    keys.append(key)
-                    spans.append((info.offset_data, info.offset_data + info.size))
-                elif ext in seen:
-                    raise ShardFormatError(
-                        f"tar shard {shard!r}: sample {key!r} has field {ext!r} twice "
-                        f"(member {info.name!r})",
-                        key=f"{shard}:{info.name}",
-                    )
-                seen.add(ext)
-                start = spans[-1][0]
-                spans[-1] = (start, info.offset_data + info.size)
-                m_field.append(fields.setdefault(ext, len(fields)))
-                m_off.append(info.offset_data - start)
-                m_size.append(info.size)
-    except tarfile.TarError as exc:
-        raise ShardFormatError(
-            f"tar shard {shard!r} is corrupt or truncated after member {last!r}: {exc}",
-            key=f"{shard}:{last}",
-        ) from exc
-    _check_tail(path, shard, size, end_of_members, last)
+    for name, offset, n in members:
+        match = _KEY_EXT.match(name)
+        if match is None or name.rsplit("/", 1)[-1].startswith("__"):
+            continue  # no extension: webdataset skips such members too
+        key, ext = match.group(1), match.group(2).lower()
+        if key != current:
+            if current is not None:
+                first.append(len(m_off))
+            current, seen = key, set()
+            keys.append(key)
+            spans.append((offset, offset + n))
+        elif ext in seen:
+            raise ShardFormatError(
+                f"tar shard {shard!r}: sample {key!r} has field {ext!r} twice (member {name!r})",
+                key=f"{shard}:{name}",
+            )
+        seen.add(ext)
+        start = spans[-1][0]
+        spans[-1] = (start, offset + n)
+        m_field.append(fields.setdefault(ext, len(fields)))
+        m_off.append(offset - start)
+        m_size.append(n)
     if current is not None:
         first.append(len(m_off))
     return ShardTable(
@@ -96,6 +80,82 @@ def index_tar(path: str, shard: str) -> ShardTable:
         member_off=np.array(m_off, dtype=np.int64),
         member_size=np.array(m_size, dtype=np.int64),
     )
+
+
+class _Unusual(Exception):
+    """A header the fast reader leaves to `tarfile` (pax, GNU long names, base-256 sizes)."""
+
+
+def _truncated(shard: str, name: str, start: int, n: int, size: int) -> ShardFormatError:
+    return ShardFormatError(
+        f"tar shard {shard!r} is truncated: member {name!r} needs bytes {start}..{start + n} "
+        f"of a {size}-byte file",
+        key=f"{shard}:{name}",
+    )
+
+
+def _members_fast(path: str, shard: str, size: int) -> tuple[list[tuple[str, int, int]], int]:
+    """(name, data offset, size) of each regular file, and where the members end, reading
+    only the 512-byte ustar headers (about 10x faster than `tarfile` per member)."""
+    members: list[tuple[str, int, int]] = []
+    pos = end = 0
+    last = "(the first member)"
+    with open(path, "rb") as f:
+        while pos + 512 <= size:
+            f.seek(pos)
+            header = f.read(512)
+            if header == _ZERO_BLOCK:
+                break
+            if header[257:262] != b"ustar" or header[156:157] in b"xgLKS" or header[124] & 0x80:
+                raise _Unusual
+            try:
+                checksum = int(header[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
+                n = int(header[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+            except ValueError:
+                checksum, n = -1, 0
+            if checksum != sum(header) - sum(header[148:156]) + 256:
+                raise ShardFormatError(
+                    f"tar shard {shard!r} is corrupt or truncated after member {last!r}: "
+                    f"bad header checksum at byte {pos}",
+                    key=f"{shard}:{last}",
+                )
+            name = header[0:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            prefix = header[345:500].split(b"\0", 1)[0]
+            if prefix:
+                name = prefix.decode("utf-8", "surrogateescape") + "/" + name
+            start = pos + 512
+            if start + n > size:
+                raise _truncated(shard, name, start, n, size)
+            if header[156:157] in (b"0", b"\0", b"7"):
+                members.append((name, start, n))
+            last = name
+            end = start + n
+            pos = start + n + (-n % 512)
+    return members, end
+
+
+_ZERO_BLOCK = bytes(512)
+
+
+def _members_tarfile(path: str, shard: str, size: int) -> tuple[list[tuple[str, int, int]], int]:
+    """The same as `_members_fast`, through Python's `tarfile` (every header kind)."""
+    members: list[tuple[str, int, int]] = []
+    last = "(the first member)"
+    end = 0
+    try:
+        with tarfile.open(path, mode="r:") as tf:
+            for info in tf:
+                if info.offset_data + info.size > size:
+                    raise _truncated(shard, info.name, info.offset_data, info.size, size)
+                end, last = info.offset_data + info.size, info.name
+                if info.isfile():
+                    members.append((info.name, info.offset_data, info.size))
+    except tarfile.TarError as exc:
+        raise ShardFormatError(
+            f"tar shard {shard!r} is corrupt or truncated after member {last!r}: {exc}",
+            key=f"{shard}:{last}",
+        ) from exc
+    return members, end
 
 
 def _check_tail(path: str, shard: str, size: int, end: int, last: str) -> None:
@@ -130,8 +190,12 @@ class TarShards(ShardDataset):
     def _build(self, infos: list[ShardInfo]) -> list[ShardTable]:
         if self.location.remote and not self.keep:
             return [self._index_streamed(info) for info in infos]
-        paths = self._local_copies(infos)
-        return [index_tar(p, i.key) for p, i in zip(paths, infos, strict=True)]
+        if not self.location.remote:
+            return [index_tar(self.location.path(i.key), i.key) for i in infos]
+        assert self.files is not None
+        # each shard is indexed as soon as it is complete, while the others still arrive
+        done = self.files.ensure(self.location, infos, then=index_tar)
+        return [done.get(i.key) or index_tar(self.files.path(i), i.key) for i in infos]
 
     def _index_streamed(self, info: ShardInfo) -> ShardTable:
         """Index a shard that will not be kept: download to a temporary file, index, delete."""
@@ -140,8 +204,7 @@ class TarShards(ShardDataset):
         assert self.files is not None
         with tempfile.TemporaryDirectory(dir=self.files.dir) as tmp:
             path = os.path.join(tmp, "shard")
-            self.location.download([(info, path)])
-            return index_tar(path, info.key)
+            return self.location.download([(info, path)], then=index_tar)[0]
 
     def fields(self, index: int, raw: bytes) -> dict[str, Any]:
         return {name: raw[a : a + n] for name, a, n in self.index.members(index)}
