@@ -40,7 +40,10 @@ def test_same_samples_and_labels_as_the_unpacked_files(tars, tmp_path):
         assert bytes(x) == files[f"{key}.jpg"] == sample_bytes(i)
         assert y == int(files[f"{key}.cls"]) == i
         assert ds.key(i) == f"train-{i // PER_SHARD:06d}.tar:{key}"
-    fields = TarShards(tmp_path / "shards", image=None).fields(5, ds.fetch([5])[0])
+    assert ds.direct and ds.fetch([5])[0] == sample_bytes(5)  # the image alone is read
+    whole = TarShards(tmp_path / "shards", image=None)
+    assert not whole.direct and whole.fingerprint() != ds.fingerprint()
+    fields = whole.fields(5, whole.fetch([5])[0])
     assert sorted(fields) == ["cls", "jpg", "json"] and fields["json"] == b'{"n": 5}'
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from unstall.cache.disk_tier import cache_dir
 from unstall.data.keys import KeyTable
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,10 @@ class ShardIndex:
         self.member_field = np.concatenate(mfield) if mfield else np.zeros(0, np.int16)
         self.member_off = np.concatenate(moff) if moff else np.zeros(0, np.int64)
         self.member_size = np.concatenate(msize) if msize else np.zeros(0, np.int64)
+        #: (field, offset, size) per member in one array: one ``tolist`` per sample
+        self.member_rows = np.stack(
+            [self.member_field.astype(np.int64), self.member_off, self.member_size], axis=1
+        )
         self.extra = {
             name: np.concatenate([t.extra[name] for t in tables])
             for name in (tables[0].extra if tables else {})
@@ -155,15 +159,7 @@ class ShardIndex:
     def members(self, index: int) -> list[tuple[str, int, int]]:
         """(field name, offset in the sample's span, size) of each member of sample ``index``."""
         a, b = int(self.first[index]), int(self.first[index + 1])
-        return [
-            (self.fields[f], int(o), int(s))
-            for f, o, s in zip(
-                self.member_field[a:b].tolist(),
-                self.member_off[a:b].tolist(),
-                self.member_size[a:b].tolist(),
-                strict=True,
-            )
-        ]
+        return [(self.fields[f], o, s) for f, o, s in self.member_rows[a:b].tolist()]
 
     def fingerprint(self) -> str:
         """Names the data: every shard's key, size and version."""

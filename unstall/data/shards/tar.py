@@ -72,6 +72,7 @@ def index_tar(path: str, shard: str) -> ShardTable:
     if current is not None:
         first.append(len(m_off))
     return ShardTable(
+        extra={"cls": _labels(path, fields.get("cls"), first, m_field, m_off, m_size, spans)},
         keys=keys,
         spans=np.array(spans, dtype=np.int64).reshape(-1, 2),
         fields=list(fields),
@@ -80,6 +81,30 @@ def index_tar(path: str, shard: str) -> ShardTable:
         member_off=np.array(m_off, dtype=np.int64),
         member_size=np.array(m_size, dtype=np.int64),
     )
+
+
+def _labels(
+    path: str,
+    cls: int | None,
+    first: list[int],
+    m_field: list[int],
+    m_off: list[int],
+    m_size: list[int],
+    spans: list[tuple[int, int]],
+) -> np.ndarray:
+    """Each sample's ``.cls`` value (-1 where missing or not a non-negative integer), read
+    while indexing, so a sample's label needs no bytes of the sample."""
+    out = np.full(len(spans), -1, dtype=np.int64)
+    if cls is None:
+        return out
+    with open(path, "rb") as f:
+        for s in range(len(spans)):
+            for m in range(first[s], first[s + 1]):
+                if m_field[m] == cls and m_size[m] <= 32:
+                    text = os.pread(f.fileno(), m_size[m], spans[s][0] + m_off[m]).strip()
+                    if text.isdigit():
+                        out[s] = int(text)
+    return out
 
 
 class _Unusual(Exception):
@@ -205,6 +230,40 @@ class TarShards(ShardDataset):
         with tempfile.TemporaryDirectory(dir=self.files.dir) as tmp:
             path = os.path.join(tmp, "shard")
             return self.location.download([(info, path)], then=index_tar)[0]
+
+    def _direct_spans(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """Image-only spans when every sample has an image field and the label is ``cls``
+        (or none): the image is then read alone and handed on without a copy."""
+        if self.image is None or self.label not in (None, "cls"):
+            return super()._direct_spans()
+        ids = {name: i for i, name in enumerate(self.index.fields)}
+        ranked = [ids[n] for n in self.image.split(";") if n in ids]
+        if not ranked or len(self.index) == 0:
+            return super()._direct_spans()
+        idx = self.index
+        rank = np.full(max(ids.values()) + 1, len(ranked), dtype=np.int64)
+        rank[ranked] = np.arange(len(ranked))
+        member_rank = rank[idx.member_field.astype(np.int64)]
+        owner = np.repeat(np.arange(len(idx)), np.diff(idx.first))
+        # per sample, the member with the best rank: sort by (sample, rank), take the first
+        order = np.lexsort((member_rank, owner))
+        firsts = order[np.searchsorted(owner[order], np.arange(len(idx)))]
+        if np.any(member_rank[firsts] >= len(ranked)):  # a sample without an image field
+            return super()._direct_spans()
+        start = idx.spans[:, 0] + idx.member_off[firsts]
+        spans = np.stack([start, start + idx.member_size[firsts]], axis=1)
+        return spans, idx.extra["cls"]
+
+    def _wanted(self, index: int, raw: bytes) -> dict[str, Any]:
+        """Only the image and label members, sliced once (the other members are not copied)."""
+        want = self.__dict__.get("_want_ids")
+        if want is None:
+            names = (self.image or "").split(";") + (self.label or "").split(";")
+            ids = {name: i for i, name in enumerate(self.index.fields)}
+            want = self._want_ids = {ids[n]: n for n in names if n in ids}
+        a, b = int(self.index.first[index]), int(self.index.first[index + 1])
+        rows = self.index.member_rows[a:b].tolist()
+        return {want[f]: raw[o : o + n] for f, o, n in rows if f in want}
 
     def fields(self, index: int, raw: bytes) -> dict[str, Any]:
         return {name: raw[a : a + n] for name, a, n in self.index.members(index)}
