@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from unstall.data.shards.dataset import ShardDataset
 from unstall.data.shards.mds import MDSShards
+from unstall.data.shards.parquet import ParquetShards
 from unstall.data.shards.tar import ShardFormatError, TarShards
 from unstall.data.shards.urls import expand
 
-__all__ = ["MDSShards", "ShardDataset", "ShardFormatError", "TarShards", "expand"]
+__all__ = ["MDSShards", "ParquetShards", "ShardDataset", "ShardFormatError", "TarShards", "expand"]
