@@ -167,7 +167,8 @@ def _identity(x: Any) -> Any:
 def _lookahead(dataset: Any, num_workers: int) -> int:
     """How far ahead each task names the next batch of its worker: 0 unless the store prefetches."""
     store = getattr(dataset, "store", None)
-    if num_workers > 0 and getattr(store, "prefetches", False) and hasattr(dataset, "prefetch"):
+    prefetches = getattr(store, "prefetches", False) or getattr(dataset, "prefetches", False)
+    if num_workers > 0 and prefetches and hasattr(dataset, "prefetch"):
         return num_workers
     return 0
 

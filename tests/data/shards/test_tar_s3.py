@@ -95,3 +95,17 @@ def test_truncated_shard_on_s3_names_shard_and_member(s3_tars, upload):
     upload(url.split("/", 3)[3], [paths[3]])
     with pytest.raises(ShardFormatError, match=r"train-000003\.tar.*truncated.*s000040\.jpg"):
         TarShards(url, **opts)
+
+
+def test_window_mode_keeps_only_the_window_on_disk(s3_tars):
+    url, paths, opts = s3_tars
+    biggest = max(p.stat().st_size for p in paths)
+    ds = TarShards(url, shuffle="window", window=1, disk=2 * biggest + 100, **opts)
+    assert ds.stats()["shards"]["read"].startswith("whole shards of the current window")
+    before = ds.stats()["shards"]["requests"]
+    loader = _loader(ds)
+    for _ in range(2):
+        assert sorted(epoch_ids(loader)) == list(range(N))
+        assert ds.files.held_bytes() <= 2 * biggest + 100  # evicted as windows pass
+    gets = loader.stats()["shards"]["requests"] - before
+    assert gets <= 2 * SHARDS * 2  # each shard fetched about once per epoch (one GET each)

@@ -15,6 +15,7 @@ them unchanged. How a batch's spans are read depends on where the shards are:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Sequence
@@ -85,15 +86,21 @@ class ShardDataset(torch.utils.data.Dataset):
         infos = self.location.listing(keys, self.suffixes)
         total = sum(i.size for i in infos)
         self.files: ShardFiles | None = None
-        self.keep = False
+        self.keep = False  # every remote shard copied to local disk once
+        self.windowed = False  # the current window's shards copied, older ones evicted
+        budget = total
         if self.location.remote:
             from unstall.cache.tiers import auto_disk_bytes
 
             budget = auto_disk_bytes(total) if disk == "auto" else int(disk)
             self.keep = total <= budget
+            biggest = max((i.size for i in infos), default=0)
+            self.windowed = (
+                not self.keep and shuffle == "window" and budget >= (window + 1) * biggest > 0
+            )
             self.files = ShardFiles(self.location.url)
             self.files.remove_stale(infos)
-        self.disk_budget = total if not self.location.remote else budget
+        self.disk_budget = budget
         self.index = ShardIndex(*self._tables(infos))
         if len(self.index) == 0:
             raise EmptyDatasetError(f"the shards under {self.location.url!r} hold no samples")
@@ -168,12 +175,16 @@ class ShardDataset(torch.utils.data.Dataset):
                 self.location.pread_local(infos[s], a, b)
                 for s, (a, b) in zip(shards, spans, strict=True)
             ]
-        if self.keep:
+        if self.keep or self.windowed:
             assert self.files is not None
-            self.files.ensure(self.location, [infos[s] for s in dict.fromkeys(shards)])
-            return [
+            needed = [infos[s] for s in dict.fromkeys(shards)]
+            self.files.ensure(self.location, needed)
+            out = [
                 self.files.pread(infos[s], a, b) for s, (a, b) in zip(shards, spans, strict=True)
             ]
+            if self.windowed:  # open descriptors keep an evicted file readable
+                self.files.evict(self.disk_budget, keep=needed)
+            return out
         return self._fetch_ranges(shards, spans)
 
     def _fetch_ranges(self, shards: list[int], spans: list[list[int]]) -> list[bytes]:
@@ -191,8 +202,24 @@ class ShardDataset(torch.utils.data.Dataset):
                     out[ks[j]] = blob[a:b]
         return out
 
+    #: the loader names each worker's next batch (`prefetch`): window mode fetches its shards
+    prefetches = True
+
     def prefetch(self, indices: Sequence[int]) -> None:
-        """A hint; shards are fetched when a batch needs them."""
+        """Start copying the shards of upcoming samples (window mode; a hint, never raises)."""
+        if not self.windowed or self.files is None:
+            return
+        infos = self.index.shards
+        needed = [infos[s] for s in dict.fromkeys(self.index.sample_shard[list(indices)].tolist())]
+        missing = [i for i in needed if not self.files.have(i)]
+        if missing:
+            import threading
+
+            def run() -> None:
+                with contextlib.suppress(Exception):  # the batch's own fetch reports failures
+                    self.files.ensure(self.location, missing)  # type: ignore[union-attr]
+
+            threading.Thread(target=run, daemon=True, name="unstall-shard-prefetch").start()
 
     def fields(self, index: int, raw: bytes) -> dict[str, Any]:
         """Sample ``index``'s fields by name, from its raw bytes."""
@@ -290,7 +317,14 @@ class ShardDataset(torch.utils.data.Dataset):
         """How samples are read: local files, whole shards on local disk, or range GETs."""
         if not self.location.remote:
             return "local files, read in place"
-        return "whole shards on local disk" if self.keep else "coalesced range GETs"
+        if self.keep:
+            return "whole shards on local disk"
+        if self.windowed:
+            return (
+                f"whole shards of the current window on local disk, older ones evicted "
+                f"beyond {self.disk_budget} bytes"
+            )
+        return "coalesced range GETs"
 
     def stats(self) -> dict[str, Any]:
         """``{"shards": ...}``: format, read mode, shuffle mode and its cost, requests."""

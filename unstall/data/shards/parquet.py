@@ -129,9 +129,10 @@ class ParquetShards(ShardDataset):
         rgs = self.index.extra["rg"][idx].tolist()
         rows = self.index.extra["row"][idx].tolist()
         needed = list(dict.fromkeys(zip(shards, rgs, strict=True)))
-        if self.location.remote and self.keep:
+        if self.location.remote and (self.keep or self.windowed):
             assert self.files is not None
-            self.files.ensure(self.location, [self.index.shards[s] for s in {s for s, _ in needed}])
+            shards_needed = [self.index.shards[s] for s in dict.fromkeys(s for s, _ in needed)]
+            self.files.ensure(self.location, shards_needed)
         groups = self._row_groups(needed)
         return [_record(groups[(s, g)][r]) for s, g, r in zip(shards, rgs, rows, strict=True)]
 
@@ -143,7 +144,8 @@ class ParquetShards(ShardDataset):
             cache.clear()  # a forked worker: decode its own
         out = {}
         todo = [k for k in needed if k not in cache]
-        blobs = self._ranges(todo) if self.location.remote and not self.keep else {}
+        ranged = self.location.remote and not (self.keep or self.windowed)
+        blobs = self._ranges(todo) if ranged else {}
         for key in needed:
             if key in cache:
                 cache.move_to_end(key)

@@ -104,6 +104,35 @@ class ShardFiles:
                 _unlock(fd)
         return done
 
+    def evict(self, budget: int, keep: list[ShardInfo]) -> int:
+        """Delete the oldest copies (by download time) beyond ``budget`` bytes, never ``keep``'s.
+
+        A process reading an evicted copy keeps its descriptor (the data stays until
+        closed); one that needs it again downloads it again. Returns the files removed.
+        """
+        entries = []
+        with os.scandir(self.dir) as it:
+            for entry in it:
+                if "." not in entry.name:
+                    with contextlib.suppress(OSError):
+                        st = entry.stat()
+                        entries.append((st.st_mtime_ns, st.st_size, entry.path))
+        total = sum(size for _, size, _ in entries)
+        if total <= budget:
+            return 0
+        protected = {self.path(i) for i in keep}
+        removed = 0
+        for _, size, path in sorted(entries):
+            if total <= budget:
+                break
+            if path in protected:
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                total -= size
+                removed += 1
+        return removed
+
     def pread(self, info: ShardInfo, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the local copy of ``info``'s shard."""
         pid = os.getpid()
