@@ -109,3 +109,12 @@ def test_window_mode_keeps_only_the_window_on_disk(s3_tars):
         assert ds.files.held_bytes() <= 2 * biggest + 100  # evicted as windows pass
     gets = loader.stats()["shards"]["requests"] - before
     assert gets <= 2 * SHARDS * 2  # each shard fetched about once per epoch (one GET each)
+
+
+@pytest.mark.parametrize("disk", ["auto", 0])
+def test_resume_on_s3_is_exact(s3_tars, disk):
+    from tests.conftest import check_resume
+
+    url, _paths, opts = s3_tars
+    ds = TarShards(url, disk=disk, shuffle="window", window=2, **opts)
+    check_resume(lambda: _loader(ds), epochs=2)
