@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, str] = {
     "distributed": "unstall.bench.distributed",
     "listing": "unstall.bench.listing",
     "launch": "unstall.bench.launch",
+    "shards": "unstall.bench.shards",
 }
 
 

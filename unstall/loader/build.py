@@ -64,6 +64,7 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
             seed=a["seed"],
             rank=a["rank"],
             world_size=a["world_size"],
+            permute=getattr(dataset, "epoch_order", None),
         )
         plan = PlanSampler(order, lookahead=_lookahead(dataset, num_workers))
 
@@ -102,7 +103,9 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
 
         fetch_layer = bind_cache(a["cache"], dataset)
     sources: list[Callable[[], dict[str, Any]]] = []
-    for part in (fetch_layer, getattr(dataset, "store", None)):
+    # a dataset with its own stats (sharded datasets, issue 32) reports them too
+    own = dataset if callable(getattr(dataset, "stats", None)) else None
+    for part in (fetch_layer, getattr(dataset, "store", None), own):
         if part is not None and callable(getattr(part, "stats", None)):
             sources.append(part.stats)
     task = BatchTask(
@@ -171,7 +174,8 @@ def _identity(x: Any) -> Any:
 def _lookahead(dataset: Any, num_workers: int) -> int:
     """How far ahead each task names the next batch of its worker: 0 unless the store prefetches."""
     store = getattr(dataset, "store", None)
-    if num_workers > 0 and getattr(store, "prefetches", False) and hasattr(dataset, "prefetch"):
+    prefetches = getattr(store, "prefetches", False) or getattr(dataset, "prefetches", False)
+    if num_workers > 0 and prefetches and hasattr(dataset, "prefetch"):
         return num_workers
     return 0
 

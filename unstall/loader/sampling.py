@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,11 @@ class OrderSpec:
     seed: int
     rank: int = 0
     world_size: int = 1
+    #: The dataset's own order of a shuffled epoch, ``permute(seed, epoch)`` (a permutation of
+    #: every index, or None for the default): e.g. a shard-window shuffle (issue 32).
+    permute: Callable[[int, int], np.ndarray | None] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -69,7 +74,15 @@ class OrderSpec:
 
     def indices(self, epoch: int) -> np.ndarray:
         """This rank's sample indices for ``epoch``, in the order they are loaded."""
-        if self.shuffle:
+        own = self.permute(self.seed, epoch) if self.shuffle and self.permute else None
+        if own is not None:
+            order = np.asarray(own, dtype=np.int64)
+            if len(order) != self.num_samples:
+                raise ValueError(
+                    f"the dataset's epoch_order gave {len(order)} indices for "
+                    f"{self.num_samples} samples"
+                )
+        elif self.shuffle:
             order = epoch_permutation(self.num_samples, seed=self.seed, epoch=epoch)
         else:
             order = np.arange(self.num_samples, dtype=np.int64)

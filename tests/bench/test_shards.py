@@ -1,0 +1,36 @@
+"""`bench shards`' result: the JSON keys the issue asks for, computed from the runs."""
+
+from __future__ import annotations
+
+from unstall.bench.shards import LOADERS, _result
+
+
+def _runs(e1: float, e2: float, gets: list[int] | None = None, exact: bool = True):
+    return [{"s": [e1, e2], "exact": [exact, True], "gets": gets or []} for _ in range(3)]
+
+
+def test_ratios_gets_and_exact_from_the_runs():
+    by = {name: _runs(2.0, 1.0, [20, 0] if name.startswith("unstall") else None)
+          for name in LOADERS}  # fmt: skip
+    by["unstall tar"] = _runs(1.0, 0.5, [19, 0])
+    results = {0: by, 20: {**by, "mosaic mds": _runs(61.0, 1.0)}}
+    out = _result(results, 2000, quick=True).to_json()
+    assert out["vs_mosaic_epoch1"] == 2.0 and out["vs_mosaic_epoch2"] == 2.0  # at 0 ms
+    assert abs(out["vs_mosaic_by_latency"]["20"]["epoch1"] - 61.0) < 0.1
+    assert out["gets_per_sample"] == 20 / 2000  # the highest of unstall's shard rows
+    assert out["exact"] is True
+    assert out["epoch1_runs_over_30s"] == {"20 ms mosaic mds": 3}
+    by["webdataset tar"] = _runs(2.0, 1.0, exact=False)
+    assert _result({0: by}, 2000, quick=True).to_json()["exact"] is False
+
+
+def test_mosaic_imports_with_the_torchvision_stand_in():
+    import pytest
+
+    try:
+        from unstall.bench.shards_rig import import_streaming
+
+        streaming = import_streaming()
+    except ImportError as exc:
+        pytest.skip(f"mosaicml-streaming not installed: {exc}")
+    assert hasattr(streaming, "MDSWriter") and hasattr(streaming, "StreamingDataset")

@@ -1,0 +1,17 @@
+"""Datasets over shards read in place: WebDataset tars, MDS and Parquet, local or ``s3://``.
+
+Each is map-style (samples by index) with ``fetch``/``prepare`` like
+`unstall.FileDataset`, so `unstall.DataLoader`'s order, resume, caches and
+coordination apply unchanged. See ``ShardDataset`` for the read modes and
+``order`` for the shuffle modes.
+"""
+
+from __future__ import annotations
+
+from unstall.data.shards.dataset import ShardDataset
+from unstall.data.shards.mds import MDSShards
+from unstall.data.shards.parquet import ParquetShards
+from unstall.data.shards.tar import ShardFormatError, TarShards
+from unstall.data.shards.urls import expand
+
+__all__ = ["MDSShards", "ParquetShards", "ShardDataset", "ShardFormatError", "TarShards", "expand"]

@@ -1,0 +1,344 @@
+"""`ShardDataset`: samples by index from shards read in place (tar, MDS, Parquet), local or S3.
+
+Like `unstall.FileDataset`, loading is ``fetch(indices)`` (raw bytes, a whole
+batch at once) then ``prepare(index, raw)``; a sample's raw bytes are its span
+of the shard, so unstall's RAM cache, peers, coordination and resume work on
+them unchanged. How a batch's spans are read depends on where the shards are:
+
+- local files: ``pread`` in place;
+- remote, the dataset fits the local shard budget (the default): each shard is
+  downloaded whole once per node (`ShardFiles`, ranged GETs in flight) and
+  read from there;
+- remote, larger than the budget: the batch's spans are read with a few
+  coalesced range GETs per shard (`plan_ranges`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from unstall.data.shards import order
+from unstall.data.shards.index import ShardIndex, ShardInfo, ShardTable, index_dir, load, save
+from unstall.data.shards.location import Location
+from unstall.data.shards.ranges import plan_ranges
+from unstall.data.shards.shard_files import ShardFiles
+from unstall.data.shards.urls import resolve
+from unstall.errors import EmptyDatasetError, SampleError
+
+IMAGE_FIELDS = "jpg;jpeg;png;webp;image;img"
+
+
+class ShardDataset(torch.utils.data.Dataset):
+    """Base of the sharded datasets; subclasses index one shard format.
+
+    Args:
+        source: shards: a brace pattern (``s3://b/train-{000..099}.tar``), a list of
+            URLs, or a directory / prefix holding them.
+        image: the field (tar extension, MDS or Parquet column) holding the image,
+            ``;``-separated alternatives; None: samples are dicts of every field.
+        label: the integer label's field, or None.
+        transform: applied to the image bytes (e.g. `unstall.ImagePipeline`), or to
+            the dict when ``image=None``.
+        shuffle: ``"full"`` (with the loader's ``shuffle=True``: a permutation of the
+            whole dataset each epoch) or ``"window"`` (shards in a new order each
+            epoch, samples shuffled within windows of ``window`` shards).
+        window: shards per window for ``shuffle="window"``.
+        disk: local bytes for whole remote shards (``"auto"``: min(dataset + 10 %,
+            half the free space, free space - 10 GiB)); a dataset larger is read with
+            coalesced range GETs. Ignored for local shards.
+        store_options: for ``s3://``: ``endpoint``, ``region``, ``config``, ...
+    """
+
+    kind = "shards"
+    suffixes: tuple[str, ...] = ()
+    default_image: str | None = IMAGE_FIELDS
+    default_label: str | None = "cls"
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Sequence[str],
+        *,
+        image: str | None = "default",
+        label: str | None = "default",
+        transform: Callable[[Any], Any] | None = None,
+        shuffle: str = "full",
+        window: int = 8,
+        disk: int | str = "auto",
+        **store_options: Any,
+    ):
+        if shuffle not in order.MODES:
+            raise ValueError(f"shuffle={shuffle!r} must be one of {', '.join(order.MODES)}")
+        if window < 1:
+            raise ValueError(f"window={window} must be >= 1 shard")
+        root, keys = resolve(source, self.suffixes)
+        self.location = Location(root, **store_options)
+        self.image = self.default_image if image == "default" else image
+        self.label = self.default_label if label == "default" else label
+        self.transform = transform
+        self.shuffle_mode, self.window = shuffle, window
+        infos = self.location.listing(keys, self.suffixes)
+        total = sum(i.size for i in infos)
+        self.files: ShardFiles | None = None
+        self.keep = False  # every remote shard copied to local disk once
+        self.windowed = False  # the current window's shards copied, older ones evicted
+        budget = total
+        if self.location.remote:
+            from unstall.cache.tiers import auto_disk_bytes
+
+            budget = auto_disk_bytes(total) if disk == "auto" else int(disk)
+            self.keep = total <= budget
+            biggest = max((i.size for i in infos), default=0)
+            self.windowed = (
+                not self.keep and shuffle == "window" and budget >= (window + 1) * biggest > 0
+            )
+            self.files = ShardFiles(self.location.url)
+            self.files.remove_stale(infos)
+        self.disk_budget = budget
+        self.index = ShardIndex(*self._tables(infos))
+        if len(self.index) == 0:
+            raise EmptyDatasetError(f"the shards under {self.location.url!r} hold no samples")
+        self._check_fields()
+        #: Raw bytes of a sample: its whole span, or (``direct``) only its image, with the
+        #: label from the index: no copy in ``prepare``, fewer bytes read (`_direct_spans`).
+        self.spans, self.direct_labels = self._direct_spans()
+        self.direct = self.direct_labels is not None
+
+    def _direct_spans(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(span per sample, labels) when a format can read the image alone, else
+        (the whole spans, None)."""
+        return self.index.spans, None
+
+    # Index ------------------------------------------------------------------------------
+    def _tables(self, infos: list[ShardInfo]) -> tuple[list[ShardInfo], list[ShardTable]]:
+        """The shards and each one's table: stored ones reused, the others built (`_build`)."""
+        directory = index_dir(self.location.url, self.kind)
+        tables: list[ShardTable | None] = [load(directory, info) for info in infos]
+        todo = [i for i, t in enumerate(tables) if t is None]
+        if todo:
+            for i, table in zip(todo, self._build([infos[i] for i in todo]), strict=True):
+                save(directory, infos[i], table)
+                tables[i] = table
+        return infos, tables  # type: ignore[return-value]  # every None was filled
+
+    def _build(self, infos: list[ShardInfo]) -> list[ShardTable]:
+        """Index these shards (not indexed yet, or changed since)."""
+        raise NotImplementedError
+
+    def _check_fields(self) -> None:
+        """Fail at construction, naming the fields there are, when image or label is absent."""
+        have = set(self.index.fields)
+        if not have:
+            return
+        for what, want in (("image", self.image), ("label", self.label)):
+            if want is not None and not have & set(want.split(";")):
+                raise ValueError(
+                    f"{what}={want!r}: no such field in the shards under "
+                    f"{self.location.url!r}; fields: {', '.join(sorted(have))}"
+                )
+
+    # Dataset ----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def shard_of(self, index: int) -> ShardInfo:
+        return self.index.shards[int(self.index.sample_shard[index])]
+
+    def key(self, index: int) -> str:
+        """``<shard>:<sample key>``: names the sample in errors and in shared caches."""
+        return f"{self.shard_of(index).key}:{self.index.keys[index]}"
+
+    def fingerprint(self) -> str:
+        """Identifies the data: format, location, and every shard's key, size and version."""
+        digest = hashlib.blake2b(f"{self.kind}\0{self.location.url}\0".encode(), digest_size=16)
+        digest.update(self.index.fingerprint().encode())
+        digest.update(b"image-only" if self.direct else b"whole-sample")  # what raw bytes hold
+        return digest.hexdigest()
+
+    def fetch(self, indices: Sequence[int]) -> list[bytes]:
+        """Raw bytes (the shard span) of each sample, in order."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= len(self.index)):
+            bad = int(idx[(idx < 0) | (idx >= len(self.index))][0])
+            raise IndexError(f"sample index {bad} out of range for {len(self.index)} samples")
+        shards = self.index.sample_shard[idx].tolist()
+        spans = self.spans[idx].tolist()
+        infos = self.index.shards
+        if not self.location.remote:
+            return [
+                self.location.pread_local(infos[s], a, b)
+                for s, (a, b) in zip(shards, spans, strict=True)
+            ]
+        if self.keep or self.windowed:
+            assert self.files is not None
+            needed = [infos[s] for s in dict.fromkeys(shards)]
+            self.files.ensure(self.location, needed)
+            out = [
+                self.files.pread(infos[s], a, b) for s, (a, b) in zip(shards, spans, strict=True)
+            ]
+            if self.windowed:  # open descriptors keep an evicted file readable
+                self.files.evict(self.disk_budget, keep=needed)
+            return out
+        return self._fetch_ranges(shards, spans)
+
+    def _fetch_ranges(self, shards: list[int], spans: list[list[int]]) -> list[bytes]:
+        """Spans read with coalesced range GETs, every shard's ranges in flight at once."""
+        by_shard: dict[int, list[int]] = {}
+        for k, s in enumerate(shards):
+            by_shard.setdefault(s, []).append(k)
+        plans = {s: plan_ranges([spans[k] for k in ks]) for s, ks in by_shard.items()}
+        items = [(self.index.shards[s], [r for r, _ in plans[s]]) for s in by_shard]
+        got = self.location.read_ranges(items)
+        out: list[bytes] = [b""] * len(shards)
+        for (s, ks), blobs in zip(by_shard.items(), got, strict=True):
+            for blob, (_rng, parts) in zip(blobs, plans[s], strict=True):
+                for j, a, b in parts:
+                    out[ks[j]] = blob[a:b]
+        return out
+
+    #: the loader names each worker's next batch (`prefetch`): window mode fetches its shards
+    prefetches = True
+
+    def prefetch(self, indices: Sequence[int]) -> None:
+        """Start copying the shards of upcoming samples (window mode; a hint, never raises)."""
+        if not self.windowed or self.files is None:
+            return
+        infos = self.index.shards
+        needed = [infos[s] for s in dict.fromkeys(self.index.sample_shard[list(indices)].tolist())]
+        missing = [i for i in needed if not self.files.have(i)]
+        if missing:
+            import threading
+
+            def run() -> None:
+                with contextlib.suppress(Exception):  # the batch's own fetch reports failures
+                    self.files.ensure(self.location, missing)  # type: ignore[union-attr]
+
+            threading.Thread(target=run, daemon=True, name="unstall-shard-prefetch").start()
+
+    def fields(self, index: int, raw: bytes) -> dict[str, Any]:
+        """Sample ``index``'s fields by name, from its raw bytes."""
+        raise NotImplementedError
+
+    def _wanted(self, index: int, raw: bytes) -> dict[str, Any]:
+        """The fields ``prepare`` needs (image and label) by name; a format may skip the rest."""
+        return self.fields(index, raw)
+
+    def prepare(self, index: int, raw: bytes) -> Any:
+        """``(transform(image), label)``, ``transform(image)``, or the dict of fields."""
+        if self.direct:  # raw is the image itself; the label was read into the index
+            x = self._transform(index, raw)
+            if self.label is None:
+                return x
+            label = int(self.direct_labels[index])  # type: ignore[index]
+            if label < 0:
+                raise SampleError(
+                    f"sample {index} ({self.key(index)}): its {self.label!r} field is missing "
+                    "or not a non-negative integer",
+                    index=index,
+                    key=self.key(index),
+                )
+            return x, label
+        try:
+            fields = self.fields(index, raw) if self.image is None else self._wanted(index, raw)
+        except SampleError:
+            raise
+        except Exception as exc:
+            raise SampleError(
+                f"cannot read sample {index} ({self.key(index)}): {type(exc).__name__}: {exc}",
+                index=index,
+                key=self.key(index),
+            ) from exc
+        if self.image is None:
+            return self._transform(index, fields)
+        x = self._pick(index, fields, self.image)
+        x = self._transform(index, x)
+        if self.label is None:
+            return x
+        value = self._pick(index, fields, self.label)
+        try:
+            label = int(value if not isinstance(value, (bytes, memoryview)) else bytes(value))
+        except (TypeError, ValueError) as exc:
+            raise SampleError(
+                f"sample {index} ({self.key(index)}): label field {self.label!r} holds "
+                f"{bytes(value)[:40]!r}, not an integer"
+                if isinstance(value, (bytes, memoryview))
+                else f"sample {index} ({self.key(index)}): label {value!r} is not an integer",
+                index=index,
+                key=self.key(index),
+            ) from exc
+        return x, label
+
+    def _pick(self, index: int, fields: dict[str, Any], names: str) -> Any:
+        for name in names.split(";"):
+            if name in fields:
+                return fields[name]
+        raise SampleError(
+            f"sample {index} ({self.key(index)}) has no field {names!r}; it has "
+            f"{', '.join(sorted(fields)) or 'none'}",
+            index=index,
+            key=self.key(index),
+        )
+
+    def _transform(self, index: int, x: Any) -> Any:
+        if self.transform is None:
+            return x
+        try:
+            return self.transform(x)
+        except Exception as exc:
+            raise SampleError(
+                f"cannot prepare sample {index} ({self.key(index)}): {type(exc).__name__}: {exc}",
+                index=index,
+                key=self.key(index),
+            ) from exc
+
+    def __getitem__(self, index: int) -> Any:
+        return self.prepare(index, self.fetch([index])[0])
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        raws = self.fetch(indices)
+        return [self.prepare(i, raw) for i, raw in zip(indices, raws, strict=True)]
+
+    # Order ------------------------------------------------------------------------------
+    def epoch_order(self, seed: int, epoch: int) -> np.ndarray | None:
+        """The order of a shuffled epoch: None (the loader's full permutation) or, for
+        ``shuffle="window"``, shards in a new order with samples mixed per window."""
+        if self.shuffle_mode != "window":
+            return None
+        return order.window_order(self.index.shard_first, self.window, seed=seed, epoch=epoch)
+
+    # Stats ------------------------------------------------------------------------------
+    def mode(self) -> str:
+        """How samples are read: local files, whole shards on local disk, or range GETs."""
+        if not self.location.remote:
+            return "local files, read in place"
+        if self.keep:
+            return "whole shards on local disk"
+        if self.windowed:
+            return (
+                f"whole shards of the current window on local disk, older ones evicted "
+                f"beyond {self.disk_budget} bytes"
+            )
+        return "coalesced range GETs"
+
+    def stats(self) -> dict[str, Any]:
+        """``{"shards": ...}``: format, read mode, shuffle mode and its cost, requests."""
+        out: dict[str, Any] = {
+            "format": self.kind,
+            "location": self.location.url,
+            "shards": len(self.index.shards),
+            "samples": len(self.index),
+            "read": self.mode(),
+            "shuffle": order.describe(self.shuffle_mode, self.window, len(self.index.shards)),
+        }
+        if self.location.remote:
+            out.update(self.location.stats())
+            assert self.files is not None
+            out["disk_budget_bytes"] = self.disk_budget
+            out["local_dir"] = self.files.dir
+        return {"shards": out}

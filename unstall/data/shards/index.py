@@ -1,0 +1,169 @@
+"""The index of a sharded dataset: where each sample lies in which shard, tied to shard versions.
+
+Built once per shard (tar: its member headers; MDS: its offset table; Parquet:
+its footer) and kept as one small ``.npz`` per shard under
+``$UNSTALL_CACHE_DIR/shards/index/<location>/``, next to the caches. Each
+file records the shard's size and version (ETag on S3, mtime locally): a shard
+whose size or version differs is indexed again, never read at stale offsets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from unstall.cache.disk_tier import cache_dir
+from unstall.data.keys import KeyTable
+
+INDEX_VERSION = 2
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard: its key under the dataset's location, size in bytes, and version
+    (an S3 ETag, or ``mtime_ns`` of a local file)."""
+
+    key: str
+    size: int
+    version: str
+
+
+@dataclass
+class ShardTable:
+    """One shard's samples: keys, byte spans ``[start, end)``, and optional named members.
+
+    ``members`` (tar): sample ``s`` has members ``first[s]:first[s+1]``, each with a
+    field name id (into ``fields``), an offset relative to the span start and a size.
+    """
+
+    keys: list[str]
+    spans: np.ndarray  # (n, 2) int64
+    fields: list[str] = field(default_factory=list)
+    first: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    member_field: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
+    member_off: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    member_size: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def index_dir(location: str, kind: str) -> str:
+    """Where the per-shard index files of ``kind`` shards at ``location`` are kept."""
+    digest = hashlib.blake2b(f"{kind}:{location}".encode(), digest_size=12).hexdigest()
+    return os.path.join(cache_dir(), "shards", "index", digest)
+
+
+def _file(directory: str, info: ShardInfo) -> str:
+    digest = hashlib.blake2b(info.key.encode(), digest_size=12).hexdigest()
+    return os.path.join(directory, f"{digest}.npz")
+
+
+def load(directory: str, info: ShardInfo) -> ShardTable | None:
+    """The stored table of ``info``'s shard if it was built from this size and version."""
+    path = _file(directory, info)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = z["meta"].tolist()
+            if meta != [INDEX_VERSION, info.key, str(info.size), info.version]:
+                return None
+            keys = KeyTable.__new__(KeyTable)
+            keys._blob, keys._offsets = z["key_blob"].tobytes(), z["key_offsets"]
+            extra = {k[6:]: z[k] for k in z.files if k.startswith("extra_")}
+            return ShardTable(
+                keys=list(keys),
+                spans=z["spans"],
+                fields=[str(f) for f in z["fields"].tolist()],
+                first=z["first"],
+                member_field=z["member_field"],
+                member_off=z["member_off"],
+                member_size=z["member_size"],
+                extra=extra,
+            )
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def save(directory: str, info: ShardInfo, table: ShardTable) -> None:
+    """Store ``table`` for ``info`` (atomically: a reader sees the old file or the new one)."""
+    os.makedirs(directory, exist_ok=True)
+    keys = KeyTable(table.keys)
+    path = _file(directory, info)
+    tmp = f"{path}.{os.getpid()}.tmp.npz"
+    np.savez(
+        tmp,
+        meta=np.array([INDEX_VERSION, info.key, str(info.size), info.version]),
+        key_blob=np.frombuffer(keys._blob, dtype=np.uint8),
+        key_offsets=keys._offsets,
+        spans=table.spans,
+        fields=np.array(table.fields, dtype=str) if table.fields else np.zeros(0, dtype="U1"),
+        first=table.first,
+        member_field=table.member_field,
+        member_off=table.member_off,
+        member_size=table.member_size,
+        **{f"extra_{k}": v for k, v in table.extra.items()},
+    )
+    os.replace(tmp, path)
+
+
+class ShardIndex:
+    """All shards' tables joined: sample ``i`` -> (shard, span, members), over arrays only.
+
+    Arrays and one key table (no per-sample Python objects), so forked workers do
+    not copy it page by page through reference counting.
+    """
+
+    def __init__(self, shards: Sequence[ShardInfo], tables: Sequence[ShardTable]):
+        self.shards = list(shards)
+        counts = np.array([len(t.keys) for t in tables], dtype=np.int64)
+        self.shard_first = np.zeros(len(tables) + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.shard_first[1:])
+        self.sample_shard = np.repeat(np.arange(len(tables), dtype=np.int32), counts)
+        self.spans = (
+            np.concatenate([t.spans for t in tables]).astype(np.int64)
+            if tables
+            else np.zeros((0, 2), np.int64)
+        )
+        self.keys = KeyTable(k for t in tables for k in t.keys)
+        self.fields: list[str] = []
+        field_id: dict[str, int] = {}
+        firsts, mfield, moff, msize = [np.zeros(1, np.int64)], [], [], []
+        base = 0
+        for t in tables:
+            remap = np.array([field_id.setdefault(f, len(field_id)) for f in t.fields], np.int16)
+            if len(t.member_field):
+                mfield.append(remap[t.member_field])
+            moff.append(t.member_off)
+            msize.append(t.member_size)
+            firsts.append(t.first[1:] + base)
+            base += len(t.member_off)
+        self.fields = list(field_id)
+        self.first = np.concatenate(firsts)
+        self.member_field = np.concatenate(mfield) if mfield else np.zeros(0, np.int16)
+        self.member_off = np.concatenate(moff) if moff else np.zeros(0, np.int64)
+        self.member_size = np.concatenate(msize) if msize else np.zeros(0, np.int64)
+        #: (field, offset, size) per member in one array: one ``tolist`` per sample
+        self.member_rows = np.stack(
+            [self.member_field.astype(np.int64), self.member_off, self.member_size], axis=1
+        )
+        self.extra = {
+            name: np.concatenate([t.extra[name] for t in tables])
+            for name in (tables[0].extra if tables else {})
+        }
+
+    def __len__(self) -> int:
+        return len(self.sample_shard)
+
+    def members(self, index: int) -> list[tuple[str, int, int]]:
+        """(field name, offset in the sample's span, size) of each member of sample ``index``."""
+        a, b = int(self.first[index]), int(self.first[index + 1])
+        return [(self.fields[f], o, s) for f, o, s in self.member_rows[a:b].tolist()]
+
+    def fingerprint(self) -> str:
+        """Names the data: every shard's key, size and version."""
+        digest = hashlib.blake2b(digest_size=16)
+        for s in self.shards:
+            digest.update(f"{s.key}\0{s.size}\0{s.version}\n".encode())
+        return digest.hexdigest()

@@ -1,0 +1,269 @@
+"""WebDataset tar shards: members grouped into samples by key prefix, indexed by offset.
+
+A sample is the run of consecutive members sharing a key: the path up to the
+first dot of the file name (``dir/000042.jpg`` and ``dir/000042.cls`` are
+sample ``dir/000042`` with fields ``jpg`` and ``cls``), as `webdataset` groups
+them. Its members lie next to each other, so a sample is one byte span of the
+shard (data of the first member to the end of the last; the tar headers between
+them come along) and one read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tarfile
+from typing import Any
+
+import numpy as np
+
+from unstall.data.shards.dataset import ShardDataset
+from unstall.data.shards.index import ShardInfo, ShardTable
+from unstall.errors import SampleError
+
+SUFFIXES = (".tar",)
+_KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)[.]([^/]*)$")
+
+
+class ShardFormatError(SampleError):
+    """A shard is truncated or corrupt: the message names the shard and the member."""
+
+
+def index_tar(path: str, shard: str) -> ShardTable:
+    """The samples of the tar file at ``path`` (named ``shard`` in messages)."""
+    size = os.path.getsize(path)
+    try:
+        members, end = _members_fast(path, shard, size)
+    except _Unusual:  # pax or GNU long-name headers, base-256 sizes: Python's tarfile reads them
+        members, end = _members_tarfile(path, shard, size)
+    last = members[-1][0] if members else "(the first member)"
+    _check_tail(path, shard, size, end, last)
+    keys: list[str] = []
+    spans: list[tuple[int, int]] = []
+    first = [0]
+    fields: dict[str, int] = {}
+    m_field: list[int] = []
+    m_off: list[int] = []
+    m_size: list[int] = []
+    current: str | None = None
+    seen: set[str] = set()
+    for name, offset, n in members:
+        match = _KEY_EXT.match(name)
+        if match is None or name.rsplit("/", 1)[-1].startswith("__"):
+            continue  # no extension: webdataset skips such members too
+        key, ext = match.group(1), match.group(2).lower()
+        if key != current:
+            if current is not None:
+                first.append(len(m_off))
+            current, seen = key, set()
+            keys.append(key)
+            spans.append((offset, offset + n))
+        elif ext in seen:
+            raise ShardFormatError(
+                f"tar shard {shard!r}: sample {key!r} has field {ext!r} twice (member {name!r})",
+                key=f"{shard}:{name}",
+            )
+        seen.add(ext)
+        start = spans[-1][0]
+        spans[-1] = (start, offset + n)
+        m_field.append(fields.setdefault(ext, len(fields)))
+        m_off.append(offset - start)
+        m_size.append(n)
+    if current is not None:
+        first.append(len(m_off))
+    return ShardTable(
+        extra={"cls": _labels(path, fields.get("cls"), first, m_field, m_off, m_size, spans)},
+        keys=keys,
+        spans=np.array(spans, dtype=np.int64).reshape(-1, 2),
+        fields=list(fields),
+        first=np.array(first, dtype=np.int64),
+        member_field=np.array(m_field, dtype=np.int16),
+        member_off=np.array(m_off, dtype=np.int64),
+        member_size=np.array(m_size, dtype=np.int64),
+    )
+
+
+def _labels(
+    path: str,
+    cls: int | None,
+    first: list[int],
+    m_field: list[int],
+    m_off: list[int],
+    m_size: list[int],
+    spans: list[tuple[int, int]],
+) -> np.ndarray:
+    """Each sample's ``.cls`` value (-1 where missing or not a non-negative integer), read
+    while indexing, so a sample's label needs no bytes of the sample."""
+    out = np.full(len(spans), -1, dtype=np.int64)
+    if cls is None:
+        return out
+    with open(path, "rb") as f:
+        for s in range(len(spans)):
+            for m in range(first[s], first[s + 1]):
+                if m_field[m] == cls and m_size[m] <= 32:
+                    text = os.pread(f.fileno(), m_size[m], spans[s][0] + m_off[m]).strip()
+                    if text.isdigit():
+                        out[s] = int(text)
+    return out
+
+
+class _Unusual(Exception):
+    """A header the fast reader leaves to `tarfile` (pax, GNU long names, base-256 sizes)."""
+
+
+def _truncated(shard: str, name: str, start: int, n: int, size: int) -> ShardFormatError:
+    return ShardFormatError(
+        f"tar shard {shard!r} is truncated: member {name!r} needs bytes {start}..{start + n} "
+        f"of a {size}-byte file",
+        key=f"{shard}:{name}",
+    )
+
+
+def _members_fast(path: str, shard: str, size: int) -> tuple[list[tuple[str, int, int]], int]:
+    """(name, data offset, size) of each regular file, and where the members end, reading
+    only the 512-byte ustar headers (about 10x faster than `tarfile` per member)."""
+    members: list[tuple[str, int, int]] = []
+    pos = end = 0
+    last = "(the first member)"
+    with open(path, "rb") as f:
+        while pos + 512 <= size:
+            f.seek(pos)
+            header = f.read(512)
+            if header == _ZERO_BLOCK:
+                break
+            if header[257:262] != b"ustar" or header[156:157] in b"xgLKS" or header[124] & 0x80:
+                raise _Unusual
+            try:
+                checksum = int(header[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
+                n = int(header[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+            except ValueError:
+                checksum, n = -1, 0
+            if checksum != sum(header) - sum(header[148:156]) + 256:
+                raise ShardFormatError(
+                    f"tar shard {shard!r} is corrupt or truncated after member {last!r}: "
+                    f"bad header checksum at byte {pos}",
+                    key=f"{shard}:{last}",
+                )
+            name = header[0:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            prefix = header[345:500].split(b"\0", 1)[0]
+            if prefix:
+                name = prefix.decode("utf-8", "surrogateescape") + "/" + name
+            start = pos + 512
+            if start + n > size:
+                raise _truncated(shard, name, start, n, size)
+            if header[156:157] in (b"0", b"\0", b"7"):
+                members.append((name, start, n))
+            last = name
+            end = start + n
+            pos = start + n + (-n % 512)
+    return members, end
+
+
+_ZERO_BLOCK = bytes(512)
+
+
+def _members_tarfile(path: str, shard: str, size: int) -> tuple[list[tuple[str, int, int]], int]:
+    """The same as `_members_fast`, through Python's `tarfile` (every header kind)."""
+    members: list[tuple[str, int, int]] = []
+    last = "(the first member)"
+    end = 0
+    try:
+        with tarfile.open(path, mode="r:") as tf:
+            for info in tf:
+                if info.offset_data + info.size > size:
+                    raise _truncated(shard, info.name, info.offset_data, info.size, size)
+                end, last = info.offset_data + info.size, info.name
+                if info.isfile():
+                    members.append((info.name, info.offset_data, info.size))
+    except tarfile.TarError as exc:
+        raise ShardFormatError(
+            f"tar shard {shard!r} is corrupt or truncated after member {last!r}: {exc}",
+            key=f"{shard}:{last}",
+        ) from exc
+    return members, end
+
+
+def _check_tail(path: str, shard: str, size: int, end: int, last: str) -> None:
+    """After the last member only zero blocks may follow: anything else is a cut header.
+
+    Python's `tarfile` stops silently at a truncated or corrupt header past the
+    first member, which would drop the rest of the shard without a word.
+    """
+    pad = -end % 512
+    with open(path, "rb") as f:
+        f.seek(end + pad)
+        tail = f.read(1 << 20)
+    if tail.strip(b"\0"):
+        raise ShardFormatError(
+            f"tar shard {shard!r} is truncated or corrupt after member {last!r}: "
+            f"{size - end - pad} bytes follow it that are not a valid tar header",
+            key=f"{shard}:{last}",
+        )
+
+
+class TarShards(ShardDataset):
+    """WebDataset ``.tar`` shards, read in place, by sample index (see `ShardDataset`).
+
+    Default fields: the image from ``jpg``/``jpeg``/``png``/``webp``, the label from
+    ``cls``. On S3 the index comes from the first full read of each shard, which is
+    also the download that serves epoch 1 from local disk.
+    """
+
+    kind = "tar"
+    suffixes = SUFFIXES
+
+    def _build(self, infos: list[ShardInfo]) -> list[ShardTable]:
+        if self.location.remote and not self.keep:
+            return [self._index_streamed(info) for info in infos]
+        if not self.location.remote:
+            return [index_tar(self.location.path(i.key), i.key) for i in infos]
+        assert self.files is not None
+        # each shard is indexed as soon as it is complete, while the others still arrive
+        done = self.files.ensure(self.location, infos, then=index_tar)
+        return [done.get(i.key) or index_tar(self.files.path(i), i.key) for i in infos]
+
+    def _index_streamed(self, info: ShardInfo) -> ShardTable:
+        """Index a shard that will not be kept: download to a temporary file, index, delete."""
+        import tempfile
+
+        assert self.files is not None
+        with tempfile.TemporaryDirectory(dir=self.files.dir) as tmp:
+            path = os.path.join(tmp, "shard")
+            return self.location.download([(info, path)], then=index_tar)[0]
+
+    def _direct_spans(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """Image-only spans when every sample has an image field and the label is ``cls``
+        (or none): the image is then read alone and handed on without a copy."""
+        if self.image is None or self.label not in (None, "cls"):
+            return super()._direct_spans()
+        ids = {name: i for i, name in enumerate(self.index.fields)}
+        ranked = [ids[n] for n in self.image.split(";") if n in ids]
+        if not ranked or len(self.index) == 0:
+            return super()._direct_spans()
+        idx = self.index
+        rank = np.full(max(ids.values()) + 1, len(ranked), dtype=np.int64)
+        rank[ranked] = np.arange(len(ranked))
+        member_rank = rank[idx.member_field.astype(np.int64)]
+        owner = np.repeat(np.arange(len(idx)), np.diff(idx.first))
+        # per sample, the member with the best rank: sort by (sample, rank), take the first
+        order = np.lexsort((member_rank, owner))
+        firsts = order[np.searchsorted(owner[order], np.arange(len(idx)))]
+        if np.any(member_rank[firsts] >= len(ranked)):  # a sample without an image field
+            return super()._direct_spans()
+        start = idx.spans[:, 0] + idx.member_off[firsts]
+        spans = np.stack([start, start + idx.member_size[firsts]], axis=1)
+        return spans, idx.extra["cls"]
+
+    def _wanted(self, index: int, raw: bytes) -> dict[str, Any]:
+        """Only the image and label members, sliced once (the other members are not copied)."""
+        want = self.__dict__.get("_want_ids")
+        if want is None:
+            names = (self.image or "").split(";") + (self.label or "").split(";")
+            ids = {name: i for i, name in enumerate(self.index.fields)}
+            want = self._want_ids = {ids[n]: n for n in names if n in ids}
+        a, b = int(self.index.first[index]), int(self.index.first[index + 1])
+        rows = self.index.member_rows[a:b].tolist()
+        return {want[f]: raw[o : o + n] for f, o, n in rows if f in want}
+
+    def fields(self, index: int, raw: bytes) -> dict[str, Any]:
+        return {name: raw[a : a + n] for name, a, n in self.index.members(index)}
