@@ -270,12 +270,13 @@ def split_by_worker_time(stall: dict[str, float], rates: Rates) -> dict[str, flo
 
 
 def bottleneck_of(stall: dict[str, float], prep_rate: float, fetch_rate: float) -> str:
-    """Compute-bound when the cold run hardly stalls; else the larger stall (the shares are
-    what was measured; the rates only break an exact tie)."""
+    """Compute-bound when the cold run hardly stalls; else the stall twice the other's, or,
+    when both stall alike (a worker that fetches then prepares pays both, and runs taken at
+    different moments of a busy machine blur the split), the slower of the measured rates."""
     prep, fetch = stall["prep"], stall["fetch"]
     if prep + fetch < COMPUTE_BOUND:
         return "compute"
-    if prep != fetch:
+    if prep >= 2 * fetch or fetch >= 2 * prep:
         return "prep" if prep > fetch else "fetch"
     return "prep" if prep_rate <= fetch_rate else "fetch"
 
