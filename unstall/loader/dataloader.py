@@ -136,6 +136,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._position: list[int] | None = None  # [epoch, batches handed out] of the last iter
         self._resume: dict[str, Any] | None = None  # a loaded torch-order epoch's draws
         self._base_seed: int | None = None  # the running iterator's worker base seed
+        self._tail_pending = False  # a loaded state's previous epoch still owes its tail draw
         self._passthrough = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
             dataset, "__len__"
         )
@@ -231,8 +232,16 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         epoch, start = self._next_epoch, self._pending_start
         self._next_epoch, self._pending_start = epoch + 1, 0
         loaded, self._resume = self._resume, None
-        draw = loaded["draw"] if loaded is not None else None
-        self._sampler.configure(epoch, start, forward_epoch=self._epoch_set, draw=draw)
+        if self._tail_pending:  # resume.py: the cut run stopped before its epoch's last pull
+            self._tail_pending = False
+            self._sampler.draw_tail()  # type: ignore[union-attr]
+        self._sampler.configure(
+            epoch,
+            start,
+            forward_epoch=self._epoch_set,
+            draw=loaded["draw"] if loaded else None,
+            tail_done=bool(loaded and loaded["tail_done"]),
+        )
         self._epoch_set = False
         self._position = position = [epoch, start]
         stats = self._stats

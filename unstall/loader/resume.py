@@ -18,39 +18,54 @@ STATE_VERSION = 1
 
 def state_of(loader: Any) -> dict[str, Any]:
     """``loader.state_dict()``: where the next batch would come from."""
-    started, draw = False, None
+    state: dict[str, Any] = {"version": STATE_VERSION}
+    torch_rule = _torch_rule(loader)
+    # What the next iter() must not draw again (torch's order only): None, or the
+    # running epoch's draw, its workers' base seed and whether its tail was drawn.
+    drawn: dict[str, Any] | None = None
+    tail_pending = loader._tail_pending
     if loader._position is None:
         epoch, done = loader._next_epoch, loader._pending_start
-        resume = loader._resume
-        if resume is not None and resume["epoch"] == epoch:  # loaded, not yet run
-            started, draw = True, resume
+        if loader._resume is not None and loader._resume["epoch"] == epoch:  # loaded, not run
+            drawn = loader._resume
     else:
         epoch, done = loader._position
+        sampler = loader._sampler
+        draw, tail = getattr(sampler, "draw", None), getattr(sampler, "tail", None)
         if done >= len(loader):
             epoch, done = epoch + 1, 0
+            tail_pending = tail == "pending"  # cut before the pull that ends the epoch
+            if torch_rule and _workers_kept(loader):  # persistent workers: seeded already
+                drawn = {"draw": None, "tail_done": False}
         else:
-            started = True
-            drawn = getattr(loader._sampler, "draw", None)
-            draw = {
-                "draw": drawn[1] if drawn is not None and drawn[0] == epoch else None,
-                "base_seed": loader._base_seed,
+            drawn = {
+                "draw": draw[1] if draw is not None and draw[0] == epoch else None,
+                "tail_done": tail == "done",
             }
-    state: dict[str, Any] = {
-        "version": STATE_VERSION,
-        "epoch": epoch,
-        "batches_done": done,
-        "seed": loader.seed,
-        "num_samples": len(loader.dataset),
-        "batch_size": loader.batch_size,
-        "rank": loader.rank,
-        "world_size": loader.world_size,
-    }
-    if _torch_rule(loader):
+        if drawn is not None:
+            drawn["base_seed"] = loader._base_seed
+    state.update(
+        epoch=epoch,
+        batches_done=done,
+        seed=loader.seed,
+        num_samples=len(loader.dataset),
+        batch_size=loader.batch_size,
+        rank=loader.rank,
+        world_size=loader.world_size,
+    )
+    if torch_rule:
         state["order"] = "torch"
-        state["started"] = started
-        state["draw"] = draw["draw"] if draw else None
-        state["base_seed"] = draw["base_seed"] if draw else None
+        state["base_drawn"] = drawn is not None
+        state["draw"] = drawn["draw"] if drawn else None
+        state["base_seed"] = drawn["base_seed"] if drawn else None
+        state["tail_done"] = bool(drawn and drawn["tail_done"])
+        state["tail_pending"] = bool(tail_pending)
     return state
+
+
+def _workers_kept(loader: Any) -> bool:
+    """Whether the next ``iter()`` reuses persistent workers (torch draws no base seed then)."""
+    return getattr(loader._inner, "_iterator", None) is not None
 
 
 def load(loader: Any, state: dict[str, Any]) -> None:
@@ -77,11 +92,13 @@ def load(loader: Any, state: dict[str, Any]) -> None:
     loader._pending_start = int(state["batches_done"])
     loader._position = None
     loader._resume = None
-    if torch_state and state.get("started"):
+    loader._tail_pending = bool(torch_state and state.get("tail_pending"))
+    if torch_state and state.get("base_drawn"):
         loader._resume = {
             "epoch": loader._next_epoch,
             "draw": state.get("draw"),
             "base_seed": state.get("base_seed"),
+            "tail_done": bool(state.get("tail_done")),
         }
 
 

@@ -126,7 +126,8 @@ class PlanSampler(torch.utils.data.Sampler):
     With the torch rule it draws as torch's `RandomSampler` under a `BatchSampler`
     (``generator``: the loader's, or None for torch's global one), at the same moments:
     the epoch's draw at its first index, the tail ``randperm`` when it runs out.
-    ``draw`` is then ``(epoch, what was drawn)``, for `state_dict`.
+    ``draw`` is then ``(epoch, what was drawn)`` and ``tail`` ``"pending"`` or ``"done"``
+    (None when the tail draws nothing: no shuffling, or torch's global RNG), for `state_dict`.
     """
 
     def __init__(
@@ -138,7 +139,9 @@ class PlanSampler(torch.utils.data.Sampler):
         self.epoch = 0
         self.start = 0
         self.draw: tuple[int, dict[str, Any]] | None = None
+        self.tail: str | None = None
         self._replay: dict[str, Any] | None = None
+        self._tail_done = False
 
     def configure(
         self,
@@ -147,18 +150,26 @@ class PlanSampler(torch.utils.data.Sampler):
         *,
         forward_epoch: bool = False,
         draw: dict[str, Any] | None = None,
+        tail_done: bool = False,
     ) -> None:
         """Run ``epoch`` from batch ``start``; ``draw``: a resumed torch-order epoch's draw
-        (replayed instead of drawing again)."""
+        (replayed instead of drawing again); ``tail_done``: its tail was drawn already."""
         self.epoch, self.start = epoch, start
-        self._replay = draw
+        self._replay, self._tail_done = draw, tail_done
+        self.draw = self.tail = None
+
+    def draw_tail(self) -> None:
+        """The tail ``randperm`` of an epoch a checkpoint cut short of its end (resume)."""
+        trailing_draw(self.spec.num_samples, self.generator)
 
     def __iter__(self) -> Iterator[list[int]]:
         # Each batch carries its key (seed, epoch, batch, rank): its augmentation is seeded
         # from that alone (pipeline/batch_seed.py), never from the worker that prepares it.
         spec, epoch = self.spec, self.epoch
         if spec.rule == "torch":
-            keyed: Iterator[list[int]] = self._torch_batches(epoch, self.start, self._replay)
+            keyed: Iterator[list[int]] = self._torch_batches(
+                epoch, self.start, self._replay, self._tail_done
+            )
         else:
             keyed = (
                 _planned(b, None, (spec.seed, epoch, i, spec.rank))  # type: ignore[arg-type]
@@ -169,7 +180,7 @@ class PlanSampler(torch.utils.data.Sampler):
         return _with_lookahead(keyed, self.lookahead)
 
     def _torch_batches(
-        self, epoch: int, start: int, replay: dict[str, Any] | None
+        self, epoch: int, start: int, replay: dict[str, Any] | None, tail_done: bool
     ) -> Iterator[list[int]]:
         """torch's batches and draws (a generator: nothing is drawn before the first index).
 
@@ -183,18 +194,24 @@ class PlanSampler(torch.utils.data.Sampler):
             self.draw = (epoch, draw)
             order = permutation(n, draw, gen if replay is None else None)
             key_seed = draw_key(draw)
+            if gen is not None:
+                self.tail = "done" if tail_done else "pending"
         else:
             order, key_seed = np.arange(n, dtype=np.int64), unshuffled_key(gen)
         full, total = n // bs, spec.num_batches()
-        tail = trailing_draw if spec.shuffle else lambda n, gen: None
         for b in range(start, total):
             if b == full:  # the last, partial batch: the sampler ran out filling it
-                tail(n, gen)
+                self._tail(n, gen)
             yield _planned(
                 order[b * bs : (b + 1) * bs].tolist(), None, (key_seed, epoch, b, 0), False
             )
         if total == full:  # the pull after the last full batch finds the sampler empty
-            tail(n, gen)
+            self._tail(n, gen)
+
+    def _tail(self, n: int, gen: torch.Generator | None) -> None:
+        if self.tail == "pending":
+            trailing_draw(n, gen)
+            self.tail = "done"
 
     def __len__(self) -> int:
         return self.spec.num_batches() - self.start
@@ -276,7 +293,7 @@ class UserBatchSampler(torch.utils.data.Sampler):
         self.start = 0
 
     def configure(
-        self, epoch: int, start: int, *, forward_epoch: bool = False, draw: Any = None
+        self, epoch: int, start: int, *, forward_epoch: bool = False, **_torch_order: Any
     ) -> None:
         """Skip ``start`` batches; with ``forward_epoch`` (the user called the loader's
         ``set_epoch``) also tell the user's sampler, which torch never does by itself."""
