@@ -159,3 +159,23 @@ def test_resume_continues_torchs_samples_and_random_numbers(num_workers, persist
     reference = _run(TorchDataLoader, gen_seed=gen_seed, **kw)
     for cut in (0, 1, 2, 4, 6):  # 4 batches an epoch: start, inside, end, into the next
         _same(_resume_run(num_workers, gen_seed, persistent, cut), reference)
+
+
+def test_image_pipeline_still_follows_the_batch_under_torchs_order(tmp_path):
+    """unstall's own pipeline keeps its per-batch stream (keyed by torch's draw), any workers."""
+    from tests.conftest import write_jpegs
+    from unstall.pipeline import ImagePipeline
+    from unstall.stores import LocalStore
+
+    root = write_jpegs(tmp_path, 12, classes=2, seed=3)
+    ds = unstall.ImageFolder(LocalStore(root), transform=ImagePipeline(size=32, seed=1))
+
+    def run(num_workers):
+        torch.manual_seed(3)
+        loader = unstall.DataLoader(ds, batch_size=4, shuffle=True, num_workers=num_workers)
+        return [(x.clone(), y.clone()) for x, y in loader], torch.rand(1).item()
+
+    (a, next_a), (b, next_b) = run(0), run(2)
+    assert next_a == next_b
+    for (xa, ya), (xb, yb) in zip(a, b, strict=True):
+        assert torch.equal(ya, yb) and torch.equal(xa, xb)

@@ -194,7 +194,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` run epoch ``epoch`` (keeps a loaded mid-epoch position).
 
-        A user sampler with ``set_epoch`` (e.g. `DistributedSampler`) is told too.
+        A user sampler with ``set_epoch`` (e.g. `DistributedSampler`) is told too. With
+        torch's order (no ``seed``) it only numbers the epoch: torch's draws pick the order.
         """
         if epoch < 0:
             raise ValueError(f"epoch={epoch} must be >= 0")
