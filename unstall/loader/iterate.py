@@ -33,6 +33,13 @@ class _Timed:
     def __iter__(self) -> Any:
         return self
 
+    def __getattr__(self, name: str) -> Any:
+        """torch's iterator's own attributes (e.g. ``_workers``, which torch's tests read)."""
+        inner = self.__dict__.get("_torch_iter")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
+
     def _finish(self) -> None:
         if not self._done:
             self._done = True
