@@ -18,6 +18,13 @@ def unstall_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
     return path
 
 
+@pytest.fixture(autouse=True)
+def no_kept_segments(monkeypatch: pytest.MonkeyPatch):
+    """RAM segments are removed when their last user leaves (tests check /dev/shm is clean);
+    tests of kept segments set ``UNSTALL_CACHE_KEEP_S`` or ``Cache(keep=...)`` themselves."""
+    monkeypatch.setenv("UNSTALL_CACHE_KEEP_S", "0")
+
+
 class IdDataset(torch.utils.data.Dataset):
     """Sample i is the integer i: batches show exactly which samples were loaded."""
 

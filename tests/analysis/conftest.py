@@ -72,3 +72,44 @@ def shm_clean() -> Iterator[None]:
     yield
     left = own_segments() - before
     assert not left, f"left in /dev/shm: {sorted(left)}"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_analyze(
+    tmp_path: Path,
+    options: list[str],
+    command: list[str],
+    *,
+    timeout: float = 280,
+    pythonpath: str = "",
+) -> dict:
+    """``unstall analyze OPTIONS --json F --html D -- COMMAND`` in a subprocess; its report."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "unstall",
+            "analyze",
+            *options,
+            "--json",
+            str(out),
+            "--html",
+            str(tmp_path / "html"),
+            "--",
+            *command,
+        ],
+        env={**os.environ, "PYTHONPATH": ":".join(filter(None, [str(ROOT), pythonpath]))},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(out.read_text())

@@ -113,3 +113,49 @@ def test_renders_in_headless_chromium(report, tmp_path):
         assert title in dom
         tag = dom[dom.index(f'src="{name}.png"') :].split(">", 1)[0]
         assert 'data-ok="' in tag and 'data-ok="0"' not in tag, tag
+
+
+def test_timeline_tells_waiting_from_fetching(report):
+    """The loop's waits and the workers' fetches have their own colours in the timeline."""
+    from unstall.analysis.html import COLORS
+
+    assert COLORS["wait"] != COLORS["fetch"]
+    pixels = np.asarray(Image.open(Path(report["html"]).parent / "timeline.png").convert("RGB"))
+    flat = pixels.reshape(-1, 3)
+    for kind in ("wait", "fetch", "prepare"):
+        rgb = np.array([int(COLORS[kind][i : i + 2], 16) for i in (1, 3, 5)])
+        assert (np.abs(flat - rgb).sum(axis=1) < 12).sum() > 50, kind
+
+
+def test_unknown_rates_are_null_with_a_reason():
+    """A rate not measured is None with its reason, never infinite; nothing rests on it."""
+    from unstall.analysis.core import Analysis
+    from unstall.analysis.model import Rates
+    from unstall.analysis.report import build_report
+    from unstall.analysis.runs import Run
+
+    run = Run("cold", 800, 2.0, 1.0, 1.0, 100, 0.0, step_s=[0.02] * 100)
+    a = Analysis(
+        workload="w",
+        runs={"synthetic": run, "cached": run, "cold": run},
+        rates=Rates(800.0, 0.0, 2.0, 1.0, 1e12, 0.0),
+        probe=None,
+        num_workers=4,
+        batch_size=8,
+        num_samples=800,
+        split=False,
+        cached_how="",
+        stall={"compute": 0.5, "prep": 0.5, "fetch": 0.0},
+        bottleneck="prep",
+        fetch_rate=0.0,
+        unknown={"prep": "no worker timings", "fetch": "no worker timings"},
+    )
+    report = build_report(a)
+    assert report["prep_rate"] is None and report["fetch_rate"] is None
+    assert report["prep_rate_per_worker"] is None
+    assert report["not_measured"]["prep"] == "no worker timings"
+    rec = report["recommendation"]
+    assert rec["changed"] is False and rec["kwargs"] == {"num_workers": 4}
+    assert "no worker timings" in rec["why_unchanged"]
+    text = json.dumps(report, allow_nan=False)  # raises on inf / nan
+    assert "Infinity" not in text

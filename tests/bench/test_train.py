@@ -11,7 +11,15 @@ import torch
 from unstall.bench import BenchResult, write_json
 from unstall.bench import overhead as overhead_bench
 from unstall.bench import train as train_bench
-from unstall.bench.train import GPU_PREP, LEAN, SYNTHETIC, TORCH, TrainSettings, run_with
+from unstall.bench.train import (
+    GPU_PREP,
+    HYBRID,
+    LEAN,
+    SYNTHETIC,
+    TORCH,
+    TrainSettings,
+    run_with,
+)
 from unstall.models.nets import MODELS, build
 
 #: ``sum(p.numel() for p in torchvision.models.<name>().parameters())``
@@ -57,8 +65,10 @@ def test_train_reports_every_variant_and_the_ratio(tmp_path, monkeypatch):
 
     assert out["benchmark"] == "train" and out["model"] == "resnet18"
     variants = out["variants"]
-    assert set(variants) >= {SYNTHETIC, TORCH, LEAN}
-    assert set(variants) | set(out["skipped"]) == {SYNTHETIC, TORCH, LEAN, GPU_PREP}
+    assert set(variants) >= {SYNTHETIC, TORCH, LEAN, HYBRID}  # hybrid: a CPU engine without CUDA
+    assert set(variants) | set(out["skipped"]) == {SYNTHETIC, TORCH, LEAN, GPU_PREP, HYBRID}
+    plan = variants[HYBRID]["prep_plan"]
+    assert plan["mode"] == "hybrid" and plan["cpu_samples"] > 0 and plan["gpu_samples"] > 0
     if not torch.cuda.is_available():
         assert "no CUDA" in out["skipped"][GPU_PREP]
         assert any("not the GPU goal" in note for note in out["notes"])

@@ -97,3 +97,42 @@ def test_bench_default_epoch2_case_makes_no_request_after_epoch_1(
     assert out["samples_per_s"] > 0 and out["local_ratio"] > 0 and len(out["runs_per_s"]) == 2
     assert os.environ["UNSTALL_CACHE_DIR"] == str(unstall_cache_dir)  # its temporary one is gone
     assert not os.path.exists(disk_tier.tier_dir())
+
+
+def test_an_object_overwritten_between_two_runs_is_fetched_again_and_alone(server, tmp_path):
+    """The disk tier outlives the run; the next run's listing (size + ETag) finds the one
+    object replaced meanwhile: its new bytes are read, the other 15 come from the disk."""
+    from unstall.stores.s3 import S3Store
+
+    srv, _ = server
+    url, opts = f"s3://{BUCKET}/versions", {**srv.store_options(), "max_inflight": 8}
+    items = {f"v_{i:02d}.bin": bytes([i + 1]) * 1000 for i in range(16)}
+
+    def upload(pairs: dict[str, bytes]) -> None:
+        store = S3Store(url, **opts)
+        store.put_many(list(pairs.items()))
+        store.close()
+
+    def run() -> tuple[list[bytes], dict]:
+        store = S3Store(url, **opts, manifest_dir=tmp_path / "m")
+        loader = unstall.DataLoader(
+            unstall.FileDataset(store, store.list_cached()), batch_size=4, num_workers=2
+        )
+        (epoch,) = run_epochs(loader, 1)
+        stats = loader.stats()["per_epoch"][0]
+        loader.close()
+        store.close()
+        return sorted(epoch), stats
+
+    upload(items)
+    first, stats = run()
+    assert first == sorted(items.values())
+    assert (stats["store"]["requests"], stats["cache"]["disk"]["inserted"]) == (16, 16)
+
+    items["v_05.bin"] = b"\xee" * 1000  # same key, same size, new bytes (and ETag)
+    upload({"v_05.bin": items["v_05.bin"]})
+    second, stats = run()
+    assert second == sorted(items.values())
+    disk = stats["cache"]["disk"]
+    assert (disk["hits"], disk["stale"], disk["misses"], disk["inserted"]) == (15, 1, 1, 1)
+    assert stats["store"]["requests"] == 1  # only the replaced object was fetched again

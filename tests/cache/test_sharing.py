@@ -30,7 +30,8 @@ def test_second_process_hits_from_its_first_epoch(make_dataset, shm_namespace):
         assert os.getpid() in seg["users_alive"] and len(seg["users_alive"]) == 2
         expected = Layout(n_items=N, capacity=N // 2 * SIZE).file_size
         assert seg["file_bytes"] == expected
-        assert expected - N // 2 * SIZE < 16 << 10  # header, 128 process slots, index
+        # header, 128 process slots, index (offset, length, version, stored_by, state)
+        assert expected - N // 2 * SIZE <= 20 << 10
         shm = [n for n in os.listdir(segment.shm_dir()) if n.startswith(shm_namespace)]
         assert shm == [seg["name"]]
         assert os.stat(os.path.join(segment.shm_dir(), seg["name"])).st_blocks * 512 >= expected

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing as mp
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -46,6 +48,39 @@ def reference(root: Path, epochs: int) -> list[list[list[str]]]:
             per.append([hashlib.sha256(raw).hexdigest() for b in loader for raw in b])
         out.append(per)
     return out
+
+
+class ItemsLayer:
+    """A cache layer for `PeerServer.register` whose RAM tier holds ``items`` (all hits)."""
+
+    peers = None
+
+    def __init__(self, items: list[bytes]):
+        self.items = items
+
+    def _attached(self) -> ItemsLayer:
+        return self
+
+    layout = SimpleNamespace(policy="noevict")
+
+    def get_many(self, indices: list[int]) -> list[bytes]:
+        return [self.items[i] for i in indices]
+
+
+def _run(fn, out: mp.Queue) -> None:
+    out.put(fn())
+
+
+def forked(fn, timeout: float = 30.0):
+    """``fn()`` in a forked child (a test process must never run obstore: its children fork)."""
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_run, args=(fn, out))
+    proc.start()
+    try:
+        return out.get(timeout=timeout)
+    finally:
+        proc.join(10)
 
 
 class Cluster:

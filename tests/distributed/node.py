@@ -48,7 +48,7 @@ def main() -> None:
     store = LoggedStore(cfg["data"], log)
     keys = sorted(store.list())
     ds = unstall.FileDataset(store, keys)
-    peers = unstall.Peers(timeout_s=1.0)
+    peers = unstall.Peers(timeout_s=1.0, tls=cfg.get("tls", True))
     cache = unstall.Cache(cfg["capacity"], disk=cfg.get("disk"), peers=peers)
     loader = unstall.DataLoader(
         ds,
@@ -89,6 +89,7 @@ def main() -> None:
         "per_epoch": per_epoch,
         "cache": tiers,  # cumulative
         "server": f"{server.host}:{server.port}",
+        "certificate": server.certificate and server.certificate.cert_pem,  # None: plain HTTP
     }
     path = os.path.join(out_dir, f"out-{rank}.json")
     with open(path + ".tmp", "w") as f:

@@ -2,38 +2,28 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
-from types import SimpleNamespace
 
 import pytest
 
+from tests.distributed.conftest import ItemsLayer
+from tests.distributed.conftest import forked as _forked
 from unstall.distributed.client import PeerClient
 from unstall.distributed.server import PeerServer
+from unstall.distributed.tls import make_certificate
 from unstall.stores import obstore_runtime
 
 ITEMS = [bytes([i]) * (1000 + i) for i in range(8)]
 
 
-class _Cache:
-    layout = SimpleNamespace(policy="noevict")
-
-    def get_many(self, indices):
-        return [ITEMS[i] for i in indices]
-
-
-class _Layer:
-    peers = None
-
-    def _attached(self):
-        return _Cache()
+CERT = make_certificate("127.0.0.3")
 
 
 @pytest.fixture(scope="module")
 def server():
-    srv = PeerServer("127.0.0.3", "tok")
+    srv = PeerServer("127.0.0.3", "tok", certificate=CERT)
     srv.start()
-    srv.register("fp", _Layer(), ITEMS)
+    srv.register("fp", ItemsLayer(ITEMS), ITEMS)
     yield f"127.0.0.3:{srv.port}"
     srv.stop()
 
@@ -47,23 +37,8 @@ def _client(address: str, generation=lambda: 0) -> PeerClient:
         fingerprint="fp",
         node=0,
         generation=generation,
+        certificates={1: CERT.cert_pem},
     )
-
-
-def _run(fn, out: mp.Queue) -> None:
-    out.put(fn())
-
-
-def _forked(fn):
-    """``fn()`` in a forked child (this process must never run obstore: its children fork)."""
-    ctx = mp.get_context("fork")
-    out = ctx.Queue()
-    proc = ctx.Process(target=_run, args=(fn, out))
-    proc.start()
-    try:
-        return out.get(timeout=30)
-    finally:
-        proc.join(10)
 
 
 def _timed_get(client: PeerClient) -> tuple[list, float]:
@@ -101,3 +76,39 @@ def test_a_failed_peer_is_skipped_until_the_next_epoch(server):
         return first, skipped, client.get_many([(1, 1)])
 
     assert _forked(run) == ([ITEMS[0]], [None, None], [ITEMS[1]])
+
+
+class _Versioned(list):
+    """The server node's dataset: items with their sources' versions (item i: version 100+i)."""
+
+    def versions(self):
+        import numpy as np
+
+        return np.arange(100, 100 + len(self), dtype=np.int64)
+
+
+class _VersionedLayer(ItemsLayer):
+    """A RAM tier that is handed the versions the server's node expects for each item."""
+
+    def get_many(self, indices, versions=None):
+        assert versions is not None and versions.tolist() == [100 + i for i in indices]
+        return [self.items[i] for i in indices]
+
+
+def test_a_peer_item_of_another_version_is_dropped_without_skipping_the_peer():
+    srv = PeerServer("127.0.0.3", "tok", certificate=CERT)
+    srv.start()
+    srv.register("fp", _VersionedLayer(ITEMS), _Versioned(ITEMS))
+    try:
+
+        def run():
+            client = _client(f"127.0.0.3:{srv.port}")
+            same = client.get_many([(1, 2), (1, 3)], [102, 103])
+            other = client.get_many([(1, 2), (1, 3)], [102, 999])  # our listing differs on 3
+            return same, other, client.get_many([(1, 4)], [104]), client.usable(1)
+
+        same, other, after, usable = _forked(run)
+    finally:
+        srv.stop()
+    assert same == [ITEMS[2], ITEMS[3]] and other == [ITEMS[2], None]
+    assert after == [ITEMS[4]] and usable  # a version mismatch is not a peer failure

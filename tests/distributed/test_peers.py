@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import collections
+import http.client
 import signal
 import time
 import urllib.error
 import urllib.request
 
+import pytest
+
 from tests.distributed.conftest import WORLD, make_data, reference, sample_bytes
 from unstall.distributed import owner_of
+from unstall.distributed.tls import client_context
 
 N = 96  # 24 samples per rank, 6 batches of 4
 
 
-def test_each_item_read_once_and_shards_match_single_node(cluster, tmp_path):
+@pytest.mark.parametrize("tls", [True, False], ids=["tls", "plain-http"])
+def test_each_item_read_once_and_shards_match_single_node(cluster, tmp_path, tls):
     data = make_data(tmp_path / "data", N)
     epochs = 3
-    c = cluster(data, pg=True, epochs=epochs, sleep=0.0, capacity="1MiB")  # 4 MiB >= 330 kB
+    c = cluster(data, pg=True, epochs=epochs, sleep=0.0, capacity="1MiB", tls=tls)  # 4 MiB
     results = [c.result(rank, timeout=120) for rank in range(WORLD)]
+    assert [r["stats"][-1]["tls"] for r in results] == [tls] * WORLD
+    assert [r["certificate"] is not None for r in results] == [tls] * WORLD
     want = reference(data, epochs)
     for rank in range(WORLD):
         assert results[rank]["epochs"] == want[rank], f"rank {rank} differs from one node"
@@ -120,33 +127,40 @@ def test_killed_and_frozen_peers_cost_a_timeout_then_storage(cluster, tmp_path):
     reads = collections.Counter(line for rank in (0, 1) for line in c.reads(rank))
     lost = {k for k in reads if owner_of(k, WORLD) in (2, 3)}
     assert lost, "the failed peers' items were not read from storage by the survivors"
-    _check_auth(survivors[0]["server"], data)
+    _check_auth(survivors[0]["server"], data, survivors[0]["certificate"])
 
 
 TOKEN = "s3cret-job-token"
 
 
-def _get(url: str, headers: dict[str, str], method: str = "GET") -> tuple[int, bytes]:
+def _get(
+    url: str, headers: dict[str, str], method: str = "GET", cert: str | None = None
+) -> tuple[int, bytes]:
     request = urllib.request.Request(url, headers=headers, method=method)
+    ctx = client_context(cert) if cert else None
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5, context=ctx) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
 
 
-def _check_auth(address: str, data) -> None:
-    """A live node's server: 401 and no bytes without or with a wrong token; GET only."""
+def _check_auth(address: str, data, cert: str) -> None:
+    """A live node's server: HTTPS with its published certificate; 401 and no bytes without
+    or with a wrong token; GET only."""
     import unstall
 
     fingerprint = unstall.FileDataset(str(data), sorted(p.name for p in data.iterdir()))
     fp = fingerprint.fingerprint()
     index = next(i for i in range(N) if owner_of(f"{i:05d}.bin", WORLD) == 0)
-    url = f"http://{address}/v1/{fp}/{index}"
-    assert _get(url, {}) == (401, b"")
-    assert _get(url, {"Authorization": "Bearer wrong-token"}) == (401, b"")
-    assert _get(url, {"Authorization": TOKEN}) == (401, b"")  # no "Bearer "
-    status, body = _get(url, {"Authorization": f"Bearer {TOKEN}"})
+    url = f"https://{address}/v1/{fp}/{index}"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with pytest.raises((OSError, http.client.HTTPException)):  # no plain-HTTP answer at all
+        _get(f"http://{address}/v1/{fp}/{index}", auth)
+    assert _get(url, {}, cert=cert) == (401, b"")
+    assert _get(url, {"Authorization": "Bearer wrong-token"}, cert=cert) == (401, b"")
+    assert _get(url, {"Authorization": TOKEN}, cert=cert) == (401, b"")  # no "Bearer "
+    status, body = _get(url, auth, cert=cert)
     assert status == 200 and body == sample_bytes(index, 3000 + (index * 7919) % 500)
-    assert _get(url, {"Authorization": f"Bearer {TOKEN}"}, method="POST")[0] == 405
-    assert _get(url, {"Authorization": f"Bearer {TOKEN}"}, method="HEAD")[0] == 405
+    assert _get(url, auth, method="POST", cert=cert)[0] == 405
+    assert _get(url, auth, method="HEAD", cert=cert)[0] == 405

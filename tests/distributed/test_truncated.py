@@ -1,4 +1,5 @@
-"""A peer answering wrongly (a short body, or a connection cut mid-body) costs storage, not data."""
+"""A peer answering wrongly (a short body, or a connection cut mid-body, over TLS) costs
+storage, not data."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from tests.distributed.conftest import make_data
 from unstall.cache import segment
 from unstall.distributed import owner_of
 from unstall.distributed.client import etag_of
+from unstall.distributed.tls import make_certificate, server_context
 
 N, TOKEN = 32, "tok"
+CERT = make_certificate("127.0.0.3")
 
 
 class LyingPeer:
@@ -51,7 +54,7 @@ class LyingPeer:
             app.router.add_get("/v1/{fp}/{index}", get)
             runner = web.AppRunner(app)
             await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.3", 0)
+            site = web.TCPSite(runner, "127.0.0.3", 0, ssl_context=server_context(CERT))
             await site.start()
             self.port = runner.addresses[0][1]
 
@@ -69,6 +72,7 @@ def test_truncated_answers_are_refetched_from_storage(tmp_path, monkeypatch):
         node=0,
         addresses={0: "127.0.0.2:9", 1: f"127.0.0.3:{peer.port}"},
         token=TOKEN,
+        certificates={1: CERT.cert_pem},
         timeout_s=1.0,
         skip_s=0.0,  # ask again each time: every item of node 1 goes through the lie
     )

@@ -61,3 +61,37 @@ def test_put_writes_atomically_and_bypass_reads_same_bytes(root):
     assert store.get("new/dir/k.bin") == b"hello"
     assert not list((root / "new" / "dir").glob("*.tmp"))
     store.drop_page_cache()  # never fails, even for files it cannot open
+
+
+def test_list_entries_and_versions_follow_size_mtime_and_inode(tmp_path):
+    import os
+
+    from unstall.stores import LocalStore
+
+    (tmp_path / "d").mkdir()
+    for name, data in (("a.bin", b"1"), ("d/b.bin", b"22")):
+        (tmp_path / name).write_bytes(data)
+    store = LocalStore(tmp_path)
+    listing = store.list_entries()
+    assert listing.keys == ["a.bin", "d/b.bin"] and listing.sizes.tolist() == [1, 2]
+    entries = list(listing.entries())
+    assert [e.key for e in entries] == listing.keys and all(e.version != 0 for e in entries)
+    assert store.versions(["d/b.bin", "a.bin", "gone"]).tolist() == [
+        entries[1].version, entries[0].version, 0
+    ]  # fmt: skip
+    before = store.versions(["a.bin"])[0]
+    os.utime(tmp_path / "a.bin", ns=(1, 123))  # same size and inode, another mtime
+    assert store.versions(["a.bin"])[0] not in (0, before)
+
+
+def test_manifest_v2_keeps_sizes_and_etags_and_v1_still_reads(tmp_path):
+    from unstall.stores import manifest
+
+    path, url = tmp_path / "m.txt", "s3://b/p"
+    rows = [("a.bin", 3, '"e1"', 10), ("x\ty.bin", 5, '"e2"', 20)]
+    manifest.write_manifest(path, url, [r[0] for r in rows], rows)
+    assert manifest.read_manifest(path, url) == ["a.bin", "x\ty.bin"]
+    assert manifest.read_entries(path, url) == rows
+    manifest.write_manifest(path, url, ["a.bin", "b.bin"])  # v1: keys only
+    assert manifest.read_manifest(path, url) == ["a.bin", "b.bin"]
+    assert manifest.read_entries(path, url) is None

@@ -1,13 +1,21 @@
 """Inside a script run by ``unstall analyze -- python train.py``: measure one run, then stop it.
 
-Started by the launcher when ``$UNSTALL_ANALYZE_MODE`` is set. The first loader the
-script makes is watched through the loader's observer hook: each batch handed out
-is timed (the wait for it, and the training step from the hand-out to the next
-request). After warm-up + the measured steps the results go to
-``$UNSTALL_ANALYZE_OUT`` and the script is stopped with `SystemExit`, so its
-loaders' workers and shared memory are released as at any normal exit. Modes:
-``synthetic`` (the first batch handed out again and again), ``cold`` (the steps'
-files evicted from the page cache first, when the dataset names its files) and
+Started by the launcher when ``$UNSTALL_ANALYZE_MODE`` is set. Every loader the
+script makes is watched through the loader's observer hook (frameworks make,
+replace and wrap loaders: the one measured is the one that carries the training
+loop, known only when its batches keep coming). Each batch handed out is timed
+(the wait for it, and the training step until the next request), with this
+process's CPU and the machine's busy time. A loader's window is its steady state
+(`unstall.analysis.steady`: each iterator's start-up burst skipped); the first
+loader whose window is long enough in steps *and* seconds is measured. Then the
+results go to ``$UNSTALL_ANALYZE_OUT`` and the script is stopped with `SystemExit`,
+so its workers and shared memory are released as at any normal exit. Under DDP the
+first rank to finish names the batch at which every rank stops (a file in the
+output folder), so no rank is left waiting in a collective.
+
+Modes: ``synthetic`` (each loader hands out its first batch again and again, as
+many times per epoch as it has batches), ``cold`` (the first batches' files
+evicted from the page cache first, when the dataset names its files) and
 ``cached`` (run right after the cold one: the page cache holds what it read).
 """
 
@@ -18,67 +26,172 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
+from unstall.analysis.procstat import snapshot, workers_cpu
+from unstall.analysis.steady import Handout, Window, burst_depth, enough, steady_window
 from unstall.loader import hooks
 
 MODES = ("synthetic", "cold", "cached")
 
 
-class Agent:
-    """Times one loader's batches; writes the results and stops the script when done."""
+@dataclass
+class Watch:
+    """One loader of the script and the batches it handed out."""
 
-    def __init__(self, mode: str, warmup: int, steps: int, out: str):
-        self.mode, self.warmup, self.steps, self.out = mode, warmup, steps, out
-        self.loader: Any = None
-        self.handed: list[tuple[float, float, int]] = []  # (hand-out time, wait, samples)
+    loader: Any
+    index: int
+    burst: int
+    handed: list[Handout] = field(default_factory=list)
+    segs: dict[int, int] = field(default_factory=dict)  # id(iterator position) -> segment
+
+    def seg_of(self) -> int:
+        key = id(getattr(self.loader, "_position", None))
+        return self.segs.setdefault(key, len(self.segs))
+
+
+class Agent:
+    """Times every loader's batches; writes the measured one's and stops the script."""
+
+    def __init__(
+        self, mode: str, warmup: int, min_steps: int, min_s: float, max_s: float, out: str
+    ):
+        self.mode, self.warmup, self.out = mode, warmup, out
+        self.min_steps, self.min_s, self.max_s = min_steps, min_s, max_s
+        self.watches: dict[int, Watch] = {}
+        self.started = time.perf_counter()
         self.written = False
+        self.stop_at: tuple[int, int] | None = None  # (loader index, batches) from any rank
+        self._stop_file = os.path.join(out, f"stop-{mode}.json")
+        self._fetching = False  # the synthetic run taking its one real batch
+        self.evicted = False  # the cold run dropped some files from the page cache
 
     # hooks.Observer ------------------------------------------------------------
     def created(self, loader: Any) -> None:
-        if self.loader is not None:
+        if id(loader) in self.watches:
             return
-        self.loader = loader
-        if self.mode == "synthetic":
-            loader.__class__ = _repeating(type(loader), self)
-        elif self.mode == "cold":
-            _evict_steps(loader, self.warmup + self.steps)
+        watch = Watch(loader, len(self.watches), burst_depth(loader))
+        self.watches[id(loader)] = watch
+        batches = self.warmup + 4 * (watch.burst + self.min_steps)
+        if self.mode == "cold" and _evict_first(loader, batches):
+            self.evicted = True
 
-    def batch(self, loader: Any, wait_s: float) -> None:
-        if loader is self.loader:
-            self.record(wait_s, _samples_of(loader))
+    def batch(self, loader: Any, wait_s: float, samples: int | None = None) -> None:
+        watch = self.watches.get(id(loader))
+        if watch is not None and not self._fetching:
+            if samples is None:  # counted from the batch by the loader; else its batch size
+                samples = int(getattr(loader, "batch_size", None) or 1)
+            self.record(watch, wait_s, samples)
 
     def finished(self, loader: Any) -> None:
         pass
 
-    # ---------------------------------------------------------------------------
-    def record(self, wait_s: float, samples: int) -> None:
-        self.handed.append((time.perf_counter(), wait_s, samples))
-        if len(self.handed) >= self.warmup + self.steps + 1:
-            self.write()
-            raise SystemExit(0)  # the script ends as at a normal exit: workers and shm freed
+    def iterate(self, loader: Any) -> Iterator[Any] | None:
+        """The synthetic run's iteration: the loader's first batch, ``len(loader)`` times."""
+        watch = self.watches.get(id(loader))
+        if self.mode != "synthetic" or watch is None or self._fetching:
+            return None
+        try:
+            length: int | None = len(loader)
+        except TypeError:  # an iterable dataset without a length: as many as asked for
+            length = None
+        return _Sized(self._repeat(watch, length), length)
 
-    def write(self) -> None:
-        if self.written or self.loader is None:
+    # ---------------------------------------------------------------------------
+    def _repeat(self, watch: Watch, length: int | None) -> Iterator[Any]:
+        loader = watch.loader
+        if not hasattr(watch, "batch"):
+            self._fetching = True
+            try:
+                it = iter(loader)
+                watch.batch = next(it)  # type: ignore[attr-defined]
+                del it  # workers stop: from here on the model alone
+            finally:
+                self._fetching = False
+            watch.n = _batch_len(watch.batch)  # type: ignore[attr-defined]
+        seg = len(watch.segs)
+        watch.segs[-seg - 1] = seg
+        for _ in range(length) if length is not None else itertools.count():
+            watch.handed.append(_handout(0.0, watch.n, seg))  # type: ignore[attr-defined]
+            self._check(watch)
+            yield watch.batch  # type: ignore[attr-defined]
+
+    def record(self, watch: Watch, wait_s: float, samples: int) -> None:
+        watch.handed.append(_handout(wait_s, samples, watch.seg_of(), _worker_pids(watch)))
+        self._check(watch)
+
+    def _check(self, watch: Watch) -> None:
+        count = len(watch.handed)
+        if self.stop_at is None and os.path.exists(self._stop_file):
+            self.stop_at = _read_stop(self._stop_file)
+        if self.stop_at is not None:
+            if self.stop_at[0] == watch.index and count >= self.stop_at[1]:
+                self.finish(watch)
+            return
+        skip = watch.burst + self.warmup
+        if count <= skip + self.min_steps:
+            return
+        timed_out = time.perf_counter() - self.started > self.max_s
+        if count % 4 and not timed_out:  # the window is looked at every few batches
+            return
+        if timed_out or enough(self.window(watch), min_steps=self.min_steps, min_s=self.min_s):
+            self.stop_at = _claim_stop(self._stop_file, watch.index, count + 1)
+            if self.stop_at[0] == watch.index and count >= self.stop_at[1]:
+                self.finish(watch)
+
+    def window(self, watch: Watch) -> Window:
+        return steady_window(
+            watch.handed, skip_first=watch.burst + self.warmup, skip_each=watch.burst
+        )
+
+    def finish(self, watch: Watch) -> None:
+        self.write(watch)
+        raise SystemExit(0)  # the script ends as at a normal exit: workers and shm freed
+
+    def write(self, watch: Watch | None = None) -> None:
+        """The measured loader's window and every loader's summary, as JSON for the launcher."""
+        if self.written or not self.watches:
             return
         self.written = True
-        measured = self.handed[self.warmup :]
-        steps = []  # per step: the wait for its batch, then the model until the next request
-        for (t0, wait, n), (t1, next_wait, _) in itertools.pairwise(measured):
-            steps.append((wait, t1 - next_wait - t0, n))
-        stats = self.loader.stats() if self.mode != "synthetic" else {}
-        start = measured[0][0] - measured[0][1] if measured else 0.0
+        if watch is None and self.stop_at is not None:  # ended before the named batch
+            watch = next((w for w in self.watches.values() if w.index == self.stop_at[0]), None)
+        if watch is None:  # the script ended first: the loader with the most batches
+            watch = max(self.watches.values(), key=lambda w: (len(w.handed), -w.index))
+        window = self.window(watch)
+        complete = enough(window, min_steps=self.min_steps, min_s=self.min_s)
+        loader = watch.loader
+        files = _files_of(getattr(loader, "dataset", None))
+        stats = loader.stats() if self.mode != "synthetic" else {}
+        timeline = stats.pop("timeline", [])
         doc = {
             "mode": self.mode,
             "pid": os.getpid(),
-            "rank": int(os.environ.get("RANK", "0")),
-            "steps": steps,
-            "start": start,
-            "num_workers": getattr(self.loader, "num_workers", 0),
-            "batch_size": getattr(self.loader, "batch_size", None),
-            "dataset": type(getattr(self.loader, "dataset", None)).__name__,
-            "timeline": [s for s in stats.pop("timeline", []) if s[0] >= start],
+            "rank": _rank(),
+            "complete": complete,
+            "evicted": self.evicted,
+            "loader": watch.index,
+            "steps": window.steps,
+            "start": window.bounds[0][0] if window.bounds else 0.0,
+            "window_s": round(window.wall_s, 6),
+            "skipped": window.skipped,
+            "burst": watch.burst,
+            "batches": len(watch.handed),
+            "main_cpu_s": window.main_cpu_s,
+            "workers_cpu_s": window.workers_cpu_s,
+            "workers_runq_s": window.workers_runq_s,
+            "machine_busy_s": window.machine_busy_s,
+            "num_workers": getattr(loader, "num_workers", 0),
+            "prefetch_factor": getattr(loader, "prefetch_factor", None),
+            "pin_memory": bool(getattr(loader, "pin_memory", False)),
+            "batch_size": getattr(loader, "batch_size", None),
+            "dataset": type(getattr(loader, "dataset", None)).__name__,
+            "files": files,
+            "lean_probe": _lean_probe(loader.dataset, files) if self.mode == "cold" else None,
+            "timeline": [s for s in timeline if window.covers(s[1])],
             "stats": {k: v for k, v in stats.items() if k != "per_epoch"},
+            "loaders": [_summary(w, w is watch) for w in self.watches.values()],
         }
         path = os.path.join(self.out, f"{self.mode}-{os.getpid()}.json")
         with open(path + ".tmp", "w") as f:
@@ -86,61 +199,193 @@ class Agent:
         os.replace(path + ".tmp", path)
 
 
-def _samples_of(loader: Any) -> int:
-    size = getattr(loader, "batch_size", None)
-    return int(size) if size else 1
+class _Sized:
+    """A generator with the epoch's length (frameworks ask ``len`` of what they iterate)."""
+
+    def __init__(self, gen: Iterator[Any], length: int | None):
+        self._gen, self._length = gen, length
+
+    def __iter__(self) -> _Sized:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._gen)
+
+    def __len__(self) -> int:
+        if self._length is None:
+            raise TypeError("the loader's dataset has no length")
+        return self._length
 
 
-def _repeating(cls: type, agent: Agent) -> type:
-    """``cls`` whose iteration hands out its first batch again and again (the synthetic run)."""
-
-    class Synthetic(cls):  # type: ignore[misc,valid-type]
-        def __iter__(self) -> Any:
-            it = super().__iter__()
-            batch = next(iter(it))
-            del it  # workers stop: from here on the model alone
-
-            def again() -> Any:
-                while True:
-                    t0 = time.perf_counter()
-                    agent.record(time.perf_counter() - t0, _samples_of(self))
-                    yield batch
-
-            return again()
-
-    Synthetic.__name__ = cls.__name__
-    return Synthetic
+def _handout(wait_s: float, samples: int, seg: int, pids: list[int] | None = None) -> Handout:
+    snap = snapshot()
+    w_cpu, w_runq = workers_cpu(pids) if pids else (0.0, 0.0)
+    return Handout(
+        time.perf_counter(),
+        wait_s,
+        samples,
+        seg,
+        snap.self_cpu_s,
+        snap.machine_busy_s,
+        w_cpu,
+        w_runq,
+    )
 
 
-def _evict_steps(loader: Any, batches: int) -> None:
+def _worker_pids(watch: Watch) -> list[int] | None:
+    """The worker processes of a loader on torch's own iterator (an iterable dataset), whose
+    batches carry no timings: they are read from /proc instead."""
+    if not getattr(watch.loader, "_passthrough", False):
+        return None
+    current = getattr(watch.loader, "_current", None)
+    it = current() if callable(current) else None
+    workers = getattr(getattr(it, "_torch_iter", None), "_workers", None) or []
+    return [p.pid for p in workers if getattr(p, "pid", None)]
+
+
+def _batch_len(batch: Any) -> int:
+    from unstall.loader.stats import batch_size_of
+
+    return batch_size_of(batch)
+
+
+def _summary(watch: Watch, measured: bool) -> dict[str, Any]:
+    """One row of the loaders table: what this loader handed out and how long the loop waited."""
+    handed = watch.handed
+    wait = sum(h.wait for h in handed)
+    span = (handed[-1].t - (handed[0].t - handed[0].wait)) if handed else 0.0
+    return {
+        "index": watch.index,
+        "dataset": type(getattr(watch.loader, "dataset", None)).__name__,
+        "class": type(watch.loader).__name__,
+        "batches": len(handed),
+        "samples": sum(h.n for h in handed),
+        "iterators": len(watch.segs),
+        "wait_s": round(wait, 6),
+        "wait_share": round(min(1.0, wait / span), 4) if span > 0 else None,
+        "measured": measured,
+    }
+
+
+def _claim_stop(path: str, index: int, at: int) -> tuple[int, int]:
+    """Name the batch at which every rank stops, unless a rank named one first."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return _read_stop(path) or (index, at)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"loader": index, "at": at}, f)
+    return index, at
+
+
+def _read_stop(path: str) -> tuple[int, int] | None:
+    for _ in range(50):  # written right after it is created: a moment at most
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+            return int(doc["loader"]), int(doc["at"])
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.01)
+    return None
+
+
+def _rank() -> int:
+    """This process's rank: torch.distributed's when it runs (frameworks start ranks their own
+    way), else torchrun's ``RANK``, else ``LOCAL_RANK``, else 0."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except (RuntimeError, ValueError):
+        pass
+    env = os.environ
+    return int(env.get("RANK") or env.get("LOCAL_RANK") or 0)
+
+
+def _files_of(dataset: Any) -> list[str]:
+    """A few of the dataset's image files, when it lists them (``samples``/``imgs`` pairs, as
+    torchvision's ImageFolder does): the analyzer prices unstall's lean pipeline on them."""
+    pairs = getattr(dataset, "samples", None) or getattr(dataset, "imgs", None)
+    out: list[str] = []
+    if isinstance(pairs, (list, tuple)):
+        step = max(1, len(pairs) // 48)
+        for item in pairs[::step][:48]:
+            path = item[0] if isinstance(item, (list, tuple)) and item else item
+            if isinstance(path, (str, os.PathLike)) and str(path).lower().endswith(
+                (".jpg", ".jpeg")
+            ):
+                out.append(os.fspath(path))
+    return out
+
+
+def _lean_probe(dataset: Any, files: list[str]) -> dict[str, float] | None:
+    """CPU seconds per sample of the job's own ``dataset[i]`` and of unstall's lean pipeline
+    on the same JPEGs, timed side by side in this process (same machine, same moment): their
+    ratio prices the lean remedy."""
+    if not files:
+        return None
+    import torch
+
+    from unstall.analysis.remedies import lean_pipeline_cpu
+
+    listed = getattr(dataset, "samples", None) or getattr(dataset, "imgs", None) or []
+    paths = {os.fspath(item[0]): i for i, item in enumerate(listed)}
+    chosen = [(f, paths[f]) for f in files if f in paths][:16]
+    indices = [i for _, i in chosen]
+    if len(indices) < 4:
+        return None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a worker
+    try:
+        dataset[indices[0]]  # warm: imports, plugin lookups
+        c0 = time.thread_time()
+        for i in indices:
+            dataset[i]
+        own = (time.thread_time() - c0) / len(indices)
+        lean = lean_pipeline_cpu([f for f, _ in chosen])
+    except Exception:  # the probe is optional: no figure then
+        return None
+    finally:
+        torch.set_num_threads(threads)
+    if lean is None or own <= 0:
+        return None
+    return {"own_cpu_s": own, "lean_cpu_s": lean, "samples": len(indices)}
+
+
+def _evict_first(loader: Any, batches: int) -> bool:
     """Drop the files the first ``batches`` batches read from the page cache, if it can tell."""
     from unstall.analysis.runs import evict
 
     order = getattr(loader, "order", None)
     if order is None:
-        return
+        return False
     indices: list[int] = []
     for b, batch in enumerate(order.batches(getattr(loader, "epoch", 0))):
         if b >= batches:
             break
         indices.extend(batch)
-    evict(loader.dataset, indices)
+    return evict(loader.dataset, indices)
 
 
 _agent: Agent | None = None
 
 
 def install() -> None:
-    """Watch this process's first loader per ``$UNSTALL_ANALYZE_*`` (called at start-up)."""
+    """Watch this process's loaders per ``$UNSTALL_ANALYZE_*`` (called at start-up)."""
     global _agent
     mode = os.environ.get("UNSTALL_ANALYZE_MODE", "")
     if _agent is not None or mode not in MODES:
         return
+    env = os.environ.get
     _agent = Agent(
         mode,
-        int(os.environ.get("UNSTALL_ANALYZE_WARMUP", "10")),
-        int(os.environ.get("UNSTALL_ANALYZE_STEPS", "200")),
-        os.environ["UNSTALL_ANALYZE_OUT"],
+        warmup=int(env("UNSTALL_ANALYZE_WARMUP", "10")),
+        min_steps=int(env("UNSTALL_ANALYZE_STEPS", "50")),
+        min_s=float(env("UNSTALL_ANALYZE_MIN_S", "20")),
+        max_s=float(env("UNSTALL_ANALYZE_MAX_S", "300")),
+        out=env("UNSTALL_ANALYZE_OUT", ""),
     )
     hooks.add_observer(_agent)
-    atexit.register(_agent.write)  # a script that ends before the steps are done
+    atexit.register(_agent.write)  # a script that ends before the window is complete

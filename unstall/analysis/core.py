@@ -9,11 +9,18 @@ stalls less than ``COMPUTE_BOUND`` of its time, else the larger stall.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from unstall.analysis.model import Config, Rates, fetch_seconds_per_batch, predict
+from unstall.analysis.model import (
+    Config,
+    Rates,
+    fetch_seconds_per_batch,
+    prep_capacity,
+)
 from unstall.analysis.probe import StorageProbe, probe_storage
 from unstall.analysis.runs import (
     Run,
@@ -28,6 +35,8 @@ from unstall.analysis.runs import (
 
 #: Below this share of stall in the cold run the job is compute-bound.
 COMPUTE_BOUND = 0.10
+#: Cores used by other processes below this are noise, not another job.
+OTHER_CORES = 0.25
 RUN_KINDS = ("synthetic", "cached", "cold")
 
 
@@ -49,6 +58,14 @@ class Analysis:
     fetch_rate: float
     notes: list[str] = field(default_factory=list)
     cached_hit_rate: float | None = None
+    #: rates that were not measured, with the reason: never guessed, never infinite
+    unknown: dict[str, str] = field(default_factory=dict)
+    #: more for the report as it is (script mode: loaders, oversubscription, remedies)
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: the measured samples/s of the job as it is (default: the cold run's)
+    measured: float | None = None
+    #: other processes kept cores busy while the job was measured
+    shared: bool = False
 
     @property
     def base_config(self) -> Config:
@@ -61,13 +78,19 @@ class Analysis:
         )
 
     @property
-    def prep_rate(self) -> float:
-        """Samples/s the workers used can prepare (cores permitting)."""
-        return predict(self.rates, self.base_config).caps["prep"]
+    def prep_rate(self) -> float | None:
+        """Samples/s the workers used can prepare on the cores they have (None: unknown)."""
+        if "prep" in self.unknown:
+            return None
+        return prep_capacity(self.rates, self.base_config)
 
     @property
-    def prep_rate_per_worker(self) -> float:
-        return 1.0 / self.rates.prep_cpu_s if self.rates.prep_cpu_s > 0 else float("inf")
+    def measured_rate(self) -> float:
+        return self.measured if self.measured is not None else self.runs["cold"].samples_per_s
+
+    @property
+    def prep_rate_per_worker(self) -> float | None:
+        return 1.0 / self.rates.prep_cpu_s if self.rates.prep_cpu_s > 0 else None
 
 
 def cores_available() -> int:
@@ -89,12 +112,15 @@ def analyze_workload(
             f"dataset of {len(work.dataset)} samples has fewer than 2 batches of "
             f"{work.batch_size}: use a smaller batch size"
         )
-    reserve = 2 if work.split else 0  # batches of samples kept for the storage probe
+    # each run also skips its workers' start-up burst (`steady`): the epoch must hold it,
+    # and the cache and the eviction cover it
+    burst = work.num_workers * int(work.loader_kwargs.get("prefetch_factor") or 2)
+    reserve = burst + (2 if work.split else 0)  # + batches kept for the storage probe
     if warmup + steps + reserve > per_epoch:
         steps = max(1, per_epoch - warmup - reserve)
         warmup = min(warmup, max(0, per_epoch - steps - reserve))
     say = progress or (lambda _msg: None)
-    indices = step_indices(work, warmup + steps)
+    indices = step_indices(work, warmup + burst + steps)
     notes: list[str] = []
     runs: dict[str, Run] = {}
     probe = None
@@ -108,7 +134,7 @@ def analyze_workload(
     if work.split:
         say("cached run (the steps' samples in unstall's cache)")
         assert probe is not None
-        ahead = step_indices(work, warmup + steps + 2 * work.num_workers + 2)  # read-ahead too
+        ahead = step_indices(work, warmup + burst + steps + 2 * work.num_workers + 2)  # + ahead
         with filled_cache(work.dataset, ahead, probe.sample_bytes) as cache:
             runs["cached"] = loader_run("cached", work, warmup, steps, cache=cache, on_step=on_step)
         c = runs["cached"].stats.get("cache", {})
@@ -134,10 +160,13 @@ def analyze_workload(
     if not evicted:
         notes.append("storage is not local files: the cold run reads it as it is (no eviction)")
     rates, fetch_rate = derive_rates(work, runs, probe)
-    stall = stall_shares(runs)
+    stall = stall_shares(runs, rates.ingestion)
+    unknown: dict[str, str] = {}
     if not work.split:
         stall = split_by_worker_time(stall, rates)
-    prep_rate = predict(rates, Config(work.num_workers, work.batch_size)).caps["prep"]
+        if not math.isfinite(fetch_rate):
+            unknown["fetch"] = "no I/O wait seen: the workers were computing the whole time"
+    prep_rate = prep_capacity(rates, Config(work.num_workers, work.batch_size))
     return Analysis(
         workload=work.name,
         runs=runs,
@@ -150,9 +179,11 @@ def analyze_workload(
         cached_how=cached_how,
         stall=stall,
         bottleneck=bottleneck_of(stall, prep_rate, fetch_rate),
-        fetch_rate=fetch_rate,
+        fetch_rate=fetch_rate if math.isfinite(fetch_rate) else 0.0,
         notes=notes,
         cached_hit_rate=hit,
+        unknown=unknown,
+        shared=runs["cold"].other_cores() >= OTHER_CORES,
     )
 
 
@@ -168,47 +199,63 @@ def derive_rates(
     n = sum(s[7] for s in cached.spans) or 1
     prep_cpu = cpu / n
     main_cpu = cached.stats.get("main_cpu_s", 0.0) / max(1, cached.stats.get("samples", 0))
-    cores = float(cores_available())
+    proc_cpu = cold.proc_cpu_s / cold.samples if cold.samples else 0.0
+    others = cold.other_cores()  # cores other jobs took: the workers did not have them
+    cores = max(0.5, cores_available() - (others if others >= OTHER_CORES else 0.0))
     if probe is not None:
         # storage as probed (one read, one batch read); the fetch-only run, which shares the
         # CPU with everything else on the machine, is its lower bound
         fetched = runs["fetch"].samples_per_s
         bandwidth = max(probe.bandwidth, fetched * probe.sample_bytes)
-        rates = Rates(g, prep_cpu, cores, probe.sample_bytes, bandwidth, probe.latency_s, main_cpu)
+        rates = Rates(
+            g,
+            prep_cpu,
+            cores,
+            probe.sample_bytes,
+            bandwidth,
+            probe.latency_s,
+            main_cpu,
+            proc_cpu_s=proc_cpu,
+        )
         config = Config(work.num_workers, work.batch_size, inflight=probe.inflight)
         ceiling = min(
             bandwidth / probe.sample_bytes,
             max(1, work.num_workers) * work.batch_size / fetch_seconds_per_batch(rates, config, 0),
         )
         return rates, max(ceiling, fetched)
-    # plain dataset: per sample, wall minus CPU in the worker is waiting on I/O
+    # plain dataset: per sample, a worker's wall time minus its CPU and its time waiting for a
+    # core is waiting on I/O
+    n = max(1, sum(s[7] for s in cold.spans))
     wall = sum(s[5] - s[3] for s in cold.spans)
-    io = max(0.0, wall - sum(s[6] for s in cold.spans)) / max(1, sum(s[7] for s in cold.spans))
-    prep_cpu = sum(s[6] for s in cold.spans) / max(1, sum(s[7] for s in cold.spans)) or prep_cpu
+    runq = sum(s[8] for s in cold.spans if len(s) > 8)
+    io = max(0.0, wall - sum(s[6] for s in cold.spans) - runq) / n
+    prep_cpu = sum(s[6] for s in cold.spans) / n or prep_cpu
+    if io <= 0.05 * (prep_cpu + runq / n + io):
+        io = 0.0
     fetch_rate = max(1, work.num_workers) / io if io > 0 else float("inf")
-    rates = Rates(g, prep_cpu, cores, 1.0, 1e12, io, main_cpu)
+    rates = Rates(g, prep_cpu, cores, 1.0, 1e12, io, main_cpu, proc_cpu_s=proc_cpu)
     return rates, fetch_rate
 
 
-def stall_shares(runs: dict[str, Run]) -> dict[str, float]:
+def stall_shares(runs: dict[str, Run], ingestion: float) -> dict[str, float]:
     """Compute, prep stall and fetch stall as fractions of the cold run's wall time.
 
-    Each step is timed (wait for data, then the model), so the differences between
-    runs are taken on the waits, which the model's own jitter does not blur: prep
-    stall = the cached run's wait per sample, fetch stall = the cold run's minus it.
+    They follow from the measured rates: compute = measured / G, the rest is stall. The
+    stall is split by the differential runs' waits (the model's own jitter does not blur
+    them): prep = the cached run's wait per sample, fetch = the cold run's beyond it.
     """
     cached, cold = runs["cached"], runs["cold"]
-    t_cold = cold.wall_s / cold.samples if cold.samples else 0.0
-    if t_cold <= 0:
+    if cold.samples_per_s <= 0 or ingestion <= 0:
         return {"compute": 1.0, "prep": 0.0, "fetch": 0.0}
+    compute = min(1.0, cold.samples_per_s / ingestion)
+    stall = 1.0 - compute
     w_cached = cached.wait_s / cached.samples if cached.samples else 0.0
     w_cold = cold.wait_s / cold.samples
-    prep = min(w_cached, w_cold) / t_cold
-    fetch = max(0.0, w_cold - w_cached) / t_cold
+    prep_part = min(w_cached, w_cold) / w_cold if w_cold > 0 else 1.0
     return {
-        "compute": round(max(0.0, 1.0 - prep - fetch), 4),
-        "prep": round(prep, 4),
-        "fetch": round(fetch, 4),
+        "compute": round(compute, 4),
+        "prep": round(stall * prep_part, 4),
+        "fetch": round(stall * (1.0 - prep_part), 4),
     }
 
 
@@ -217,18 +264,18 @@ def split_by_worker_time(stall: dict[str, float], rates: Rates) -> dict[str, flo
     remove its I/O waits (nothing is fetched apart), so the stall is shared out in the
     proportion of the workers' time per sample: CPU time (prepare) and the rest (fetch)."""
     total = stall["prep"] + stall["fetch"]
-    io, cpu = rates.latency_s, rates.prep_cpu_s
+    io, cpu = rates.latency_s, rates.prep_cpu_s  # (waiting for a core counts as prepare)
     fetch = total * io / (io + cpu) if io + cpu > 0 else 0.0
     return {"compute": stall["compute"], "prep": round(total - fetch, 4), "fetch": round(fetch, 4)}
 
 
 def bottleneck_of(stall: dict[str, float], prep_rate: float, fetch_rate: float) -> str:
-    """Compute-bound when the cold run hardly stalls; else the stall twice the other's, or,
-    when both stall alike (a worker that fetches then prepares pays both), the slower rate."""
+    """Compute-bound when the cold run hardly stalls; else the larger stall (the shares are
+    what was measured; the rates only break an exact tie)."""
     prep, fetch = stall["prep"], stall["fetch"]
     if prep + fetch < COMPUTE_BOUND:
         return "compute"
-    if prep >= 2 * fetch or fetch >= 2 * prep:
+    if prep != fetch:
         return "prep" if prep > fetch else "fetch"
     return "prep" if prep_rate <= fetch_rate else "fetch"
 

@@ -20,7 +20,7 @@ COLORS = {
     "prep": "#dd8452",
     "prepare": "#dd8452",
     "fetch": "#c44e52",
-    "wait": "#c44e52",
+    "wait": "#8172b3",  # the loop waiting: not the same colour as a worker fetching
 }
 TITLES = {
     "breakdown": "Time breakdown per 1,000 samples",
@@ -86,8 +86,18 @@ def _whatif(path: str, report: dict[str, Any]) -> None:
     ax.legend(fontsize=8)
     axes[1].plot(c["workers"]["x"], c["workers"]["y"], marker="o", color="#55a868")
     axes[1].set_xlabel("workers")
-    axes[2].plot(c["bandwidth"]["x"], c["bandwidth"]["y"], marker="o", color="#c44e52")
-    axes[2].set_xlabel("storage bandwidth (x measured)")
+    if c["bandwidth"]["x"]:
+        axes[2].plot(c["bandwidth"]["x"], c["bandwidth"]["y"], marker="o", color="#c44e52")
+        axes[2].set_xlabel("storage bandwidth (x measured)")
+    else:
+        axes[2].text(
+            0.5,
+            0.5,
+            "not measured:\nthe dataset reads its own files",
+            ha="center",
+            transform=axes[2].transAxes,
+        )
+        axes[2].set_xlabel("storage bandwidth")
     for ax, name in zip(axes, ("vs cache size", "vs workers", "vs bandwidth"), strict=True):
         ax.set_ylabel("samples/s")
         ax.set_ylim(bottom=0)
@@ -126,9 +136,71 @@ def _timeline(path: str, spans: Sequence[tuple[float, ...]]) -> None:
     plt.close(fig)
 
 
-def _page(report: dict[str, Any]) -> str:
+def rewrite_page(out_dir: str, report: dict[str, Any]) -> None:
+    """Write ``index.html`` and ``report.json`` again (e.g. once the verification is in)."""
+    with open(os.path.join(out_dir, "report.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    with open(os.path.join(out_dir, "index.html"), "w") as f:
+        f.write(_page(report))
+
+
+def _rate(report: dict[str, Any], key: str, name: str) -> str:
+    value = report.get(key)
+    if value is None:
+        why = html.escape(report.get("not_measured", {}).get(name, "unknown"))
+        return f'<span class="unknown" title="{why}">not measured ({why})</span>'
+    return f"{value:,.0f}/s"
+
+
+def _recommendation(report: dict[str, Any]) -> str:
     e = html.escape
     rec = report["recommendation"]
+    if not rec.get("changed", True):
+        text = f"<p>Keep the loader as it is: {e(rec.get('why_unchanged', ''))}</p>"
+    else:
+        text = (
+            f"<p><code>{e(json.dumps(rec['kwargs']))}</code>: predicted "
+            f"{rec['predicted_samples_per_s']:,.0f} samples/s ({rec['predicted_speedup']}x). "
+            "Apply it: <code>unstall run --config recommendation.json -- python train.py</code></p>"
+        )
+    items = []
+    for r in report.get("remedies", []):
+        gain = (
+            f"predicted {r['predicted_samples_per_s']:,.0f} samples/s ({r['predicted_speedup']}x)"
+            if r.get("predicted_samples_per_s") is not None
+            else e(r.get("not_measured", "not measured"))
+        )
+        items.append(f"<li><b>{e(r['remedy'])}</b>: {e(r['what'])}: {gain}</li>")
+    if items:
+        text += "<h3>Remedies that change the pipeline</h3><ul>" + "".join(items) + "</ul>"
+    v = report.get("verified")
+    if v:
+        text += (
+            f"<p class='verified'>Verified: the script under {e(json.dumps(v['kwargs']))} "
+            f"measured {v['measured_samples_per_s']:,.0f} samples/s (predicted "
+            f"{v['predicted_samples_per_s']:,.0f}, before {v['before_samples_per_s']:,.0f}).</p>"
+        )
+    return text
+
+
+def _loaders(report: dict[str, Any]) -> str:
+    rows = report.get("loaders") or []
+    if len(rows) < 2:
+        return ""
+    e = html.escape
+    body = "".join(
+        f"<tr><td>{r['index']}</td><td>{e(r['dataset'])}</td><td>{r['batches']}</td>"
+        f"<td>{r['samples']}</td><td>{'measured' if r['measured'] else ''}</td></tr>"
+        for r in rows
+    )
+    return (
+        "<h2>Loaders of the script</h2><table><tr><th>#</th><th>dataset</th><th>batches</th>"
+        f"<th>samples</th><th></th></tr>{body}</table>"
+    )
+
+
+def _page(report: dict[str, Any]) -> str:
+    e = html.escape
     s = report["stall"]
     rows = "".join(
         f"<tr><td>{e(r['config'])}</td><td>{r['samples_per_s']:,.0f}</td>"
@@ -145,18 +217,19 @@ def _page(report: dict[str, Any]) -> str:
 <html><head><meta charset="utf-8"><title>unstall analyze: {e(report["workload"])}</title>
 <style>body{{font-family:sans-serif;margin:24px;max-width:1250px}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}
-.verdict{{font-size:1.2em;font-weight:bold}}img{{max-width:100%}}</style></head><body>
+.verdict{{font-size:1.2em;font-weight:bold}}img{{max-width:100%}}.unknown{{color:#888}}</style>
+</head><body>
 <h1>unstall analyze: {e(report["workload"])}</h1>
 <p class="verdict">{e(report["summary"])}</p>
 <table><tr><th>G (model)</th><th>P (prep, {report["num_workers"]} workers)</th>
 <th>F (fetch)</th><th>measured</th></tr>
-<tr><td>{report["ingestion_rate"]:,.0f}/s</td><td>{report["prep_rate"]:,.0f}/s</td>
-<td>{report["fetch_rate"]:,.0f}/s</td><td>{report["measured_samples_per_s"]:,.0f}/s</td></tr></table>
-<p>Cold run: compute {s["compute"]:.0%}, prep stall {s["prep"]:.0%},
+<tr><td>{report["ingestion_rate"]:,.0f}/s</td><td>{_rate(report, "prep_rate", "prep")}</td>
+<td>{_rate(report, "fetch_rate", "fetch")}</td>
+<td>{report["measured_samples_per_s"]:,.0f}/s</td></tr></table>
+<p>Steady state: compute {s["compute"]:.0%}, prep stall {s["prep"]:.0%},
 fetch stall {s["fetch"]:.0%}.</p>
-<h2>Recommendation</h2><p><code>{e(json.dumps(rec["kwargs"]))}</code>: predicted
-{rec["predicted_samples_per_s"]:,.0f} samples/s ({rec["predicted_speedup"]}x).
-Apply it: <code>unstall run --config recommendation.json -- python train.py</code></p>
+<h2>Recommendation</h2>{_recommendation(report)}
+{_loaders(report)}
 {figures}
 <h2>What-if table</h2><table><tr><th>configuration</th><th>samples/s</th><th>epoch (s)</th>
 <th>bound</th></tr>{rows}</table>

@@ -46,8 +46,12 @@ class Rates:
         sample_bytes: mean bytes fetched per sample.
         bandwidth: storage throughput B, all readers together [byte/s].
         latency_s: storage time per request L.
-        main_cpu_s: main-process CPU seconds per sample (unpacking, hand-off).
+        main_cpu_s: CPU seconds per sample of the loader's own work in the training loop
+            (unpacking, hand-off): one thread, so it caps the rate at ``1 / main_cpu_s``.
         cache_read_s: seconds to read one sample from the cache.
+        proc_cpu_s: CPU seconds per sample of the whole training process (the loop, the
+            model's host work, pin-memory thread): it takes cores from the workers, so
+            workers and process together cap the rate at ``cores / (prep_cpu_s + proc_cpu_s)``.
     """
 
     ingestion: float
@@ -58,6 +62,7 @@ class Rates:
     latency_s: float
     main_cpu_s: float = 0.0
     cache_read_s: float = 0.0
+    proc_cpu_s: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -139,8 +144,14 @@ def predict(rates: Rates, config: Config) -> Prediction:
     }
     if rates.main_cpu_s > 0:
         caps["main"] = 1.0 / rates.main_cpu_s
+    if rates.proc_cpu_s > 0 and rates.cores > 0:  # cores shared by workers and the process
+        caps["cores"] = rates.cores / (rates.prep_cpu_s + rates.proc_cpu_s)
     bound = min(caps, key=lambda k: caps[k])
-    named = {"workers": "fetch" if fetch_batch >= prep_batch else "prep", "main": "prep"}
+    named = {
+        "workers": "fetch" if fetch_batch >= prep_batch else "prep",
+        "main": "prep",
+        "cores": "prep",
+    }
     return Prediction(caps[bound], caps, named.get(bound, bound), hit)
 
 
@@ -197,3 +208,10 @@ def _seconds(value: str) -> float:
     if value.endswith("s"):
         return float(value[:-1])
     return float(value) / 1e3  # plain number: ms
+
+
+def prep_capacity(rates: Rates, config: Config) -> float:
+    """Samples/s the workers can prepare on the cores they share with the training process:
+    the model's caps with the model and storage taken away (P)."""
+    free = replace(rates, ingestion=math.inf, latency_s=0.0, bandwidth=math.inf)
+    return predict(free, replace(config, cache=0.0)).samples_per_s

@@ -12,7 +12,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from unstall.analysis.model import Config, Rates, predict
+from unstall.analysis.model import Config, Rates, fetch_seconds_per_batch, predict
 
 CACHE_STEPS = (0.0, 0.25, 0.5, 0.75, 1.0)
 #: Shared memory left free when sizing a recommended cache [Unit: byte].
@@ -55,10 +55,12 @@ def row(rates: Rates, config: Config, num_samples: int, **extra: Any) -> dict[st
 
 def grid(rates: Rates, base: Config, num_samples: int) -> list[dict[str, Any]]:
     """The default what-if table: workers x cache sizes at the measured storage."""
+    # a plain dataset (no raw bytes to keep) cannot use unstall's cache: workers only
+    caches = CACHE_STEPS if rates.sample_bytes > 1.0 else (0.0,)
     return [
         row(rates, replace(base, workers=w, cache=c), num_samples)
         for w in worker_steps(rates.cores, base.workers)
-        for c in CACHE_STEPS
+        for c in caches
     ]
 
 
@@ -85,6 +87,9 @@ def curves(rates: Rates, base: Config, num_samples: int, delivered: float) -> di
     # around the measured bandwidth; storage with no visible limit: around what it delivered
     b0 = rates.bandwidth if rates.bandwidth < UNLIMITED else delivered * rates.sample_bytes
     scales = [0.25, 0.5, 1, 2, 4, 8]
+    if rates.sample_bytes <= 1.0:  # a plain dataset: its storage's bandwidth is not known
+        out["bandwidth"] = {"x": [], "base_bytes_per_s": None, "y": []}
+        return out
     out["bandwidth"] = {
         "x": scales,  # times the storage bandwidth measured
         "base_bytes_per_s": b0,
@@ -93,26 +98,56 @@ def curves(rates: Rates, base: Config, num_samples: int, delivered: float) -> di
     return out
 
 
-def recommend(rates: Rates, base: Config, num_samples: int, measured: float) -> dict[str, Any]:
-    """The cheapest configuration within 3 % of the best the model finds on this machine."""
+def recommend(
+    rates: Rates,
+    base: Config,
+    num_samples: int,
+    measured: float,
+    *,
+    unknown: dict[str, str] | None = None,
+    shared: bool = False,
+) -> dict[str, Any]:
+    """The cheapest configuration within 3 % of the best the model finds on this machine.
+
+    Never one predicted slower than the job measured as it is; fewer workers only where
+    the workers' own measured time per sample shows the fewer can keep the measured rate
+    (``LOWER_MARGIN`` above it) and the machine is not ``shared`` with other busy jobs (the
+    scheduler shares cores by runnable threads: fewer workers would get a smaller share, so
+    there is no evidence either way); nothing that rests on a rate that was not measured.
+    """
+    unknown = unknown or {}
     top_cache = max_cache_fraction(rates, num_samples)
-    caches = sorted({c for c in CACHE_STEPS if c <= top_cache} | {round(top_cache, 3)})
-    options = []
-    for w in worker_steps(rates.cores, base.workers):
-        for c in caches:
-            config = replace(base, workers=w, cache=c)
-            options.append((predict(rates, config).samples_per_s, config))
-    best = max(p for p, _ in options)
-    cheap = [(c.workers + 4 * c.cache, -p, c) for p, c in options if p >= 0.97 * best]
-    _, neg, config = min(cheap, key=lambda t: (t[0], t[1]))
-    predicted = -neg
     current = predict(rates, base).samples_per_s
+    floor = max(measured, current)
+    options = [(current, base)]
+    if "prep" not in unknown:
+        caches = sorted({c for c in CACHE_STEPS if c <= top_cache} | {round(top_cache, 3)})
+        if "fetch" in unknown and rates.sample_bytes > 1.0:
+            caches = [base.cache]
+        per_worker = per_worker_rate(rates, base)
+        for w in worker_steps(rates.cores, base.workers):
+            if w < base.workers and (shared or w * per_worker < LOWER_MARGIN * measured):
+                continue  # no measured evidence that fewer workers keep the rate
+            for c in caches:
+                config = replace(base, workers=w, cache=c)
+                p = predict(rates, config).samples_per_s
+                if config != base and p >= floor:
+                    options.append((p, config))
+    # a costlier configuration must be predicted faster; a cheaper one at least as fast
+    cost = lambda c: c.workers + 4 * c.cache  # noqa: E731
+    options = [(p, c) for p, c in options if c == base or cost(c) < cost(base) or p >= GAIN * floor]
+    best = max(p for p, _ in options)
+    cheap = [(cost(c), -p, c) for p, c in options if p >= 0.97 * best]
+    _, neg, config = min(cheap, key=lambda t: (t[0], t[1]))
+    changed = config != base
+    predicted = -neg if changed else max(current, measured)
     kwargs: dict[str, Any] = {"num_workers": config.workers}
     if config.cache > 0:
         kwargs["cache"] = config.cache
     return {
         "kwargs": kwargs,
         "config": config.label(),
+        "changed": changed,
         "predicted_samples_per_s": round(predicted, 1),
         "measured_samples_per_s": round(measured, 1),
         # model over model: the measured rate carries the machine's noise of the moment
@@ -120,4 +155,25 @@ def recommend(rates: Rates, base: Config, num_samples: int, measured: float) -> 
         "predicted_current_samples_per_s": round(current, 1),
         "bound": predict(rates, config).bound,
         "limits": {"cores": rates.cores, "max_cache_fraction": round(top_cache, 3)},
+        **({"why_unchanged": _why_unchanged(unknown)} if not changed else {}),
     }
+
+
+#: A configuration must be predicted this much faster than the job as it is to be advised.
+GAIN = 1.03
+#: Fewer workers only if they can, by their measured time per sample, do this much more.
+LOWER_MARGIN = 1.1
+
+
+def per_worker_rate(rates: Rates, base: Config) -> float:
+    """Samples/s one worker delivers by its measured time per sample (CPU + I/O), alone."""
+    per_sample = rates.prep_cpu_s + fetch_seconds_per_batch(rates, base, 0.0) / max(
+        1, base.batch_size
+    )
+    return 1.0 / per_sample if per_sample > 0 else 0.0
+
+
+def _why_unchanged(unknown: dict[str, str]) -> str:
+    if "prep" in unknown:
+        return f"no loader setting is advised: {unknown['prep']}"
+    return "no loader setting is predicted to beat the job as it is; see the remedies"

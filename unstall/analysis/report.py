@@ -2,51 +2,64 @@
 
 from __future__ import annotations
 
+import math
 import platform
 from typing import Any
 
 from unstall.analysis.core import Analysis
 from unstall.analysis.model import Config, parse_what_if, predict
 from unstall.analysis.recommend import curves, grid, recommend, row
+from unstall.analysis.remedies import remedies
 
 
 def sentence(a: Analysis) -> str:
-    """The bottleneck in one plain sentence."""
+    """The bottleneck in one plain sentence, from the measured rates."""
     s = a.stall
+    g = a.rates.ingestion
+    measured = a.measured_rate
     if a.bottleneck == "compute":
         return (
-            f"Compute-bound: the model is busy {s['compute']:.0%} of the time; faster data "
-            "loading would not speed this job up."
+            f"Compute-bound: the model is busy {s['compute']:.0%} of the time "
+            f"({measured:,.0f} of its {g:,.0f} samples/s); faster data loading would not "
+            "speed this job up."
         )
     if a.bottleneck == "prep":
+        p = a.prep_rate
+        cap = f"{p:,.0f} samples/s" if p is not None else "a rate not measured"
         return (
             f"Prep-bound: the model waits {s['prep']:.0%} of the time for workers to decode and "
-            f"augment ({a.prep_rate:,.0f} samples/s from {a.num_workers} workers, "
-            f"{a.rates.ingestion:,.0f}/s needed)."
+            f"augment ({cap} from {a.num_workers} workers on {a.rates.cores:g} cores; "
+            f"{measured:,.0f}/s delivered, {g:,.0f}/s needed)."
         )
+    f = f"{a.fetch_rate:,.0f} samples/s fetched" if "fetch" not in a.unknown else "fetch rate"
     return (
         f"Fetch-bound: the model waits {s['fetch']:.0%} of the time for storage "
-        f"({a.fetch_rate:,.0f} samples/s fetched, {a.rates.ingestion:,.0f}/s needed)."
+        f"({f}; {measured:,.0f}/s delivered, {g:,.0f}/s needed)."
     )
 
 
 def build_report(a: Analysis, *, what_if: str | None = None) -> dict[str, Any]:
-    """Everything the outputs show, JSON-safe."""
+    """Everything the outputs show, JSON-safe: a rate not measured is None, with its reason."""
     base = a.base_config
-    cold = a.runs["cold"].samples_per_s
+    measured = a.measured_rate
+    prep = a.prep_rate
+    per_worker = a.prep_rate_per_worker
     out: dict[str, Any] = {
         "workload": a.workload,
         "ingestion_rate": round(a.rates.ingestion, 2),
-        "prep_rate": round(a.prep_rate, 2),
-        "prep_rate_per_worker": round(a.prep_rate_per_worker, 2),
-        "fetch_rate": round(a.fetch_rate, 2),
+        "prep_rate": round(prep, 2) if prep is not None else None,
+        "prep_rate_per_worker": round(per_worker, 2) if per_worker is not None else None,
+        "fetch_rate": round(a.fetch_rate, 2)
+        if "fetch" not in a.unknown and math.isfinite(a.fetch_rate)
+        else None,
         "fetch_rate_measured": round(a.runs["fetch"].samples_per_s, 2)
         if "fetch" in a.runs
         else None,
+        "not_measured": dict(a.unknown),
         "stall": a.stall,
         "bottleneck": a.bottleneck,
         "summary": sentence(a),
-        "measured_samples_per_s": round(cold, 2),
+        "measured_samples_per_s": round(measured, 2),
         "num_workers": a.num_workers,
         "batch_size": a.batch_size,
         "num_samples": a.num_samples,
@@ -58,14 +71,31 @@ def build_report(a: Analysis, *, what_if: str | None = None) -> dict[str, Any]:
         "split": (
             "fetch and prepare timed apart (the dataset has fetch/prepare)"
             if a.split
-            else "per sample, worker CPU time = prepare, the rest = fetch (waiting on I/O)"
+            else "per sample, worker CPU time = prepare, waiting for a core = oversubscription, "
+            "the rest = fetch (waiting on I/O)"
         ),
         "model_check": _model_check(a, base),
-        "what_if": grid(a.rates, base, a.num_samples),
-        "curves": curves(a.rates, base, a.num_samples, a.fetch_rate),
-        "recommendation": recommend(a.rates, base, a.num_samples, cold),
+        "what_if": grid(a.rates, base, a.num_samples) if "prep" not in a.unknown else [],
+        "curves": curves(a.rates, base, a.num_samples, a.fetch_rate or measured),
+        "recommendation": recommend(
+            a.rates,
+            base,
+            a.num_samples,
+            measured,
+            unknown=a.unknown,
+            shared=a.shared,
+        ),
+        "remedies": remedies(
+            a.rates,
+            base,
+            bottleneck=a.bottleneck,
+            measured=measured,
+            probe=a.extra.get("lean_probe"),
+            unknown=a.unknown,
+        ),
         "notes": a.notes,
         "machine": {"cores": a.rates.cores, "python": platform.python_version()},
+        **{k: v for k, v in a.extra.items() if k not in ("files", "lean_probe")},
     }
     if what_if:
         config = parse_what_if(what_if, base)
@@ -81,7 +111,7 @@ def _measured_fetch(a: Analysis) -> float | None:
 def _model_check(a: Analysis, base: Config) -> dict[str, Any]:
     """The model's prediction for the measured configuration next to the cold run."""
     predicted = predict(a.rates, base).samples_per_s
-    measured = a.runs["cold"].samples_per_s
+    measured = a.measured_rate
     return {
         "predicted_samples_per_s": round(predicted, 1),
         "measured_samples_per_s": round(measured, 1),
@@ -106,6 +136,7 @@ def progress_bar(console: Any = None) -> Any:
 def print_summary(report: dict[str, Any], console: Any = None) -> None:
     """Rich tables: the three rates, stall shares, the bottleneck sentence, the recommendation."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or Console()
@@ -114,13 +145,17 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
     rates.add_column("samples/s", justify="right")
     rates.add_column("measured by")
     rates.add_row("G (model)", f"{report['ingestion_rate']:,.0f}", "synthetic run: one batch again")
+    nm = report.get("not_measured", {})
+    per = report["prep_rate_per_worker"]
     rates.add_row(
-        f"P (prep, {report['num_workers']} workers)",
-        f"{report['prep_rate']:,.0f}",
-        f"{report['prep_rate_per_worker']:,.0f}/s per worker (CPU time per sample)",
+        f"P (prep, {report['num_workers']} workers, {report['cores']:.1f} cores)",
+        _rate(report["prep_rate"], nm.get("prep")),
+        f"{per:,.0f}/s per worker (CPU time per sample)" if per else "",
     )
-    rates.add_row("F (fetch)", f"{report['fetch_rate']:,.0f}", _fetch_how(report))
-    rates.add_row("measured (cold)", f"{report['measured_samples_per_s']:,.0f}", "the job as it is")
+    rates.add_row("F (fetch)", _rate(report["fetch_rate"], nm.get("fetch")), _fetch_how(report))
+    rates.add_row(
+        "measured", f"{report['measured_samples_per_s']:,.0f}", "the job as it is (steady state)"
+    )
     console.print(rates)
     stall = Table(title="where the cold run's time went")
     for col in ("compute", "prep stall", "fetch stall"):
@@ -129,14 +164,34 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
     stall.add_row(f"{s['compute']:.0%}", f"{s['prep']:.0%}", f"{s['fetch']:.0%}")
     console.print(stall)
     console.print(f"[bold]{report['summary']}[/bold]")
-    console.print(_grid_table(report["what_if"]))
+    if report["what_if"]:
+        console.print(_grid_table(report["what_if"]))
     rec = report["recommendation"]
-    console.print(
-        f"Recommendation: DataLoader({_kwargs(rec['kwargs'])}): predicted "
-        f"{rec['predicted_samples_per_s']:,.0f} samples/s, {rec['predicted_speedup']}x the "
-        f"{rec['predicted_current_samples_per_s']:,.0f}/s predicted as it is "
-        f"(measured {rec['measured_samples_per_s']:,.0f}/s)"
-    )
+    if rec.get("changed", True):
+        console.print(
+            f"Recommendation: DataLoader({_kwargs(rec['kwargs'])}): predicted "
+            f"{rec['predicted_samples_per_s']:,.0f} samples/s, {rec['predicted_speedup']}x the "
+            f"{rec['predicted_current_samples_per_s']:,.0f}/s predicted as it is "
+            f"(measured {rec['measured_samples_per_s']:,.0f}/s)"
+        )
+    else:
+        console.print(f"Recommendation: keep the loader as it is: {rec['why_unchanged']}")
+    for r in report.get("remedies", []):
+        gain = (
+            f"predicted {r['predicted_samples_per_s']:,.0f} samples/s ({r['predicted_speedup']}x)"
+            if r["predicted_samples_per_s"] is not None
+            else r.get("not_measured", "not measured")
+        )
+        console.print(escape(f"  remedy [{r['remedy']}]: {r['what']}: {gain}"))
+    if len(report.get("loaders") or []) > 1:
+        console.print(_loaders_table(report["loaders"]))
+    v = report.get("verified")
+    if v:
+        console.print(
+            f"Verified: under {_kwargs(v['kwargs'])} the script measured "
+            f"{v['measured_samples_per_s']:,.0f} samples/s (predicted "
+            f"{v['predicted_samples_per_s']:,.0f}; before {v['before_samples_per_s']:,.0f})"
+        )
     if "question" in report:
         q = report["question"]
         console.print(
@@ -151,6 +206,30 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
         console.print(f"Ranks: {per}; slowest: rank {report['slowest_rank']} (analysed above)")
     for note in report["notes"]:
         console.print(f"  note: {note}")
+
+
+def _rate(value: float | None, why: str | None) -> str:
+    return f"{value:,.0f}" if value is not None else f"not measured ({why or 'unknown'})"
+
+
+def _loaders_table(rows: list[dict[str, Any]]) -> Any:
+    """Every loader the script made: the measured one carries the training loop."""
+    from rich.table import Table
+
+    table = Table(title="loaders of the script (cold run)")
+    for col in ("#", "dataset", "batches", "samples", "waited", ""):
+        table.add_column(col)
+    for r in rows:
+        share = r.get("wait_share")
+        table.add_row(
+            str(r["index"]),
+            r["dataset"],
+            str(r["batches"]),
+            str(r["samples"]),
+            f"{share:.0%}" if share is not None else "-",
+            "measured: carries the training loop" if r["measured"] else "",
+        )
+    return table
 
 
 def _grid_table(rows: list[dict[str, Any]]) -> Any:

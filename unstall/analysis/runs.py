@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from unstall.analysis.procstat import machine_busy_s
+from unstall.analysis.steady import burst_depth
 from unstall.loader import DataLoader, SplitDataset
 from unstall.loader.sampling import OrderSpec
 
@@ -80,8 +82,11 @@ class Workload:
 @contextlib.contextmanager
 def timeline_on() -> Iterator[None]:
     """Loaders made inside keep per-batch spans (``stats()["timeline"]``)."""
+    from unstall.loader import schedclock
+
     before = os.environ.get("UNSTALL_TIMELINE")
     os.environ["UNSTALL_TIMELINE"] = "1"
+    schedclock.enable()  # stays on: the workers start later, at iter()
     try:
         yield
     finally:
@@ -110,6 +115,18 @@ class Run:
     stats: dict[str, Any] = field(default_factory=dict)
     step_s: list[float] = field(default_factory=list)
     compute_steps: list[float] = field(default_factory=list)
+    #: CPU seconds of the training process (all its threads) over the measured steps
+    proc_cpu_s: float = 0.0
+    #: CPU seconds the whole machine was busy over the measured steps (other jobs included)
+    machine_busy_s: float = 0.0
+
+    def other_cores(self) -> float:
+        """Cores other processes kept busy during the run: the machine's busy time less this
+        process's and its workers' (their CPU per batch, from the spans)."""
+        if self.wall_s <= 0 or not self.spans:
+            return 0.0
+        workers = sum(s[6] for s in self.spans)
+        return max(0.0, (self.machine_busy_s - self.proc_cpu_s - workers) / self.wall_s)
 
     @property
     def samples_per_s(self) -> float:
@@ -161,6 +178,7 @@ def train_loop(
     samples = done = 0
     step_s: list[float] = []
     compute_steps: list[float] = []
+    cpu0, busy0 = os.times(), machine_busy_s()
     start = time.perf_counter()
     t0 = start
     while done < steps:
@@ -178,6 +196,7 @@ def train_loop(
         t0 = t2
         if on_step is not None:
             on_step()
+    cpu1 = os.times()
     return Run(
         kind,
         samples,
@@ -188,6 +207,8 @@ def train_loop(
         start,
         step_s=step_s,
         compute_steps=compute_steps,
+        proc_cpu_s=(cpu1.user + cpu1.system) - (cpu0.user + cpu0.system),
+        machine_busy_s=machine_busy_s() - busy0,
     )
 
 
@@ -215,7 +236,9 @@ def loader_run(
     it = iter(loader)
     try:
         batches = (work.to_device(b) for b in it) if work.to_device is not None else it
-        run = train_loop(kind, batches, work.step, warmup=warmup, steps=steps, **kw)
+        # the workers' start-up burst is never timed: it runs at the model's speed
+        warm = warmup + burst_depth(loader)
+        run = train_loop(kind, batches, work.step, warmup=warm, steps=steps, **kw)
         stats = loader.stats()
     finally:
         del it
@@ -254,7 +277,8 @@ def filled_cache(dataset: Any, indices: Sequence[int], sample_bytes: float) -> I
     store = getattr(dataset, "store", None)
     bypass = getattr(store, "bypass_page_cache", None)
     capacity = int(sample_bytes * len(indices) * 1.5) + (8 << 20)
-    cache = Cache(capacity, name=f"analyze-{os.getpid()}-{random.getrandbits(32):08x}")
+    name = f"analyze-{os.getpid()}-{random.getrandbits(32):08x}"
+    cache = Cache(capacity, name=name, keep=0)  # the analyzer's own: never kept for a next job
     try:
         layer = cache.bind(dataset)
         for i in range(0, len(indices), 64):
@@ -310,7 +334,8 @@ def fetch_run(work: Workload, warmup: int, steps: int) -> Run:
     )
     it = iter(loader)
     try:
-        return train_loop("fetch", it, _no_step, warmup=warmup, steps=steps)
+        warm = warmup + burst_depth(loader)  # as in the other runs: the burst is not timed
+        return train_loop("fetch", it, _no_step, warmup=warm, steps=steps)
     finally:
         del it
         loader.close()

@@ -3,9 +3,9 @@
 Each run goes under unstall as ``unstall run`` does (the DataLoader swapped in
 every Python process), with ``$UNSTALL_ANALYZE_MODE`` telling the in-process
 agent (`unstall.analysis.agent`) what to measure and when to stop the script.
-The script's dataset is usually a plain ``__getitem__`` that opens and decodes: a
-worker's time per sample is then split into its CPU time (prepare) and the
-rest (waiting on I/O: fetch), and the report says so.
+Every loader is watched; the one that carries the training loop is measured in
+its steady state (`unstall.analysis.steady`), by time and steps, never on the
+start-up burst. The rates come from the OS's clocks (`unstall.analysis.scriptrates`).
 """
 
 from __future__ import annotations
@@ -17,21 +17,20 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any
 
-from unstall.analysis.core import (
-    Analysis,
-    bottleneck_of,
-    derive_rates,
-    split_by_worker_time,
-    stall_shares,
-)
-from unstall.analysis.model import Config, predict
+from unstall.analysis.core import Analysis
+from unstall.analysis.procstat import cores_available
 from unstall.analysis.runs import Run
+from unstall.analysis.scriptrates import derive, figures
 
 #: Seconds one run of the script may take before it is stopped.
 RUN_TIMEOUT_S = 600
+#: (warm-up steps after the burst, least steps, least seconds, most seconds) per run.
+WINDOW = (10, 50, 20.0, 240.0)
+QUICK_WINDOW = (3, 12, 4.0, 60.0)
+#: Lines of the script's output shown when a run fails.
+TAIL = 12
 
 
 def analyze_script(
@@ -43,94 +42,214 @@ def analyze_script(
     what_if: str | None = None,
     html_dir: str | None = None,
     console: Any = None,
+    min_s: float | None = None,
+    verify: bool | None = None,
 ) -> dict[str, Any]:
-    """Run ``command`` three times (synthetic, cold, cached) and return the report dict."""
-    from unstall.analysis import QUICK_STEPS, STEPS, report_of
-    from unstall.analysis.report import progress_bar
-    from unstall.launch.command import run_env
+    """Run ``command`` three times (synthetic, cold, cached) and return the report dict.
 
-    w0, s0 = QUICK_STEPS if quick else STEPS
-    warmup, steps = (w0 if warmup is None else warmup), (s0 if steps is None else steps)
+    Without ``quick`` (or with ``verify=True``) the script runs a fourth time under the
+    recommendation, and the report's ``verified`` compares prediction and measurement.
+    """
+    from unstall.analysis import report_of
+    from unstall.analysis.report import progress_bar
+
+    w0, s0, t0, tmax = QUICK_WINDOW if quick else WINDOW
+    window = {
+        "warmup": w0 if warmup is None else warmup,
+        "steps": s0 if steps is None else steps,
+        "min_s": t0 if min_s is None else min_s,
+        "max_s": tmax,
+    }
+    verify = (not quick) if verify is None else verify
     if shutil.which(command[0]) is None and not os.path.exists(command[0]):
         raise FileNotFoundError(f"command not found: {command[0]!r}")
-    out = tempfile.mkdtemp(prefix="unstall-analyze-")
-    runs: dict[str, Run] = {}
     docs: dict[str, dict[str, Any]] = {}
     per_rank: dict[str, list[dict[str, Any]]] = {}
-    try:
-        with progress_bar(console) as bar:
-            task = bar.add_task("runs", total=3)
-            for mode in ("synthetic", "cold", "cached"):
-                bar.update(task, description=f"{mode} run: {' '.join(command)}")
-                env = run_env(root_pid=os.getpid())
-                env.update(
-                    UNSTALL_ANALYZE_MODE=mode,
-                    UNSTALL_ANALYZE_OUT=out,
-                    UNSTALL_ANALYZE_WARMUP=str(warmup),
-                    UNSTALL_ANALYZE_STEPS=str(steps),
-                    UNSTALL_TIMELINE="1",
-                )
-                try:
-                    done = subprocess.run(
-                        list(command),
-                        env=env,
-                        timeout=RUN_TIMEOUT_S,
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.PIPE,
-                        text=True,
-                    )
-                finally:
-                    shutil.rmtree(env["UNSTALL_RUN_DIR"], ignore_errors=True)
-                per_rank[mode] = _results(out, mode, done)
+    with progress_bar(console) as bar:
+        task = bar.add_task("runs", total=3 + int(verify))
+        for mode in ("synthetic", "cold", "cached"):
+            if mode == "cached" and quick and not any(d.get("evicted") for d in per_rank["cold"]):
+                # nothing could be evicted: the cold run already read what the page cache
+                # held, and a script's prep/fetch split comes from the workers' clocks
+                per_rank[mode] = [{**d, "mode": "cached", "reused": True} for d in per_rank["cold"]]
                 bar.update(task, advance=1)
+                continue
+            bar.update(task, description=f"{mode} run: {' '.join(command)}")
+            per_rank[mode] = run_once(command, mode, window)
+            bar.update(task, advance=1)
+        ranks = _rank_table(per_rank["cold"])
+        slowest = ranks[0]["rank"]  # the analysis follows the slowest rank
+        for mode, found in per_rank.items():
+            docs[mode] = next((d for d in found if d["rank"] == slowest), found[0])
+        analysis = analysis_of(command, docs, window)
+        report = report_of(analysis, what_if=what_if, html_dir=html_dir)
+        if verify:
+            bar.update(task, description="verifying the recommendation")
+            report["verified"] = verify_recommendation(command, report, window)
+            bar.update(task, advance=1)
+    report["ranks"] = ranks
+    report["slowest_rank"] = slowest
+    if html_dir is not None and verify:
+        from unstall.analysis.html import rewrite_page
+
+        rewrite_page(html_dir, report)
+    return report
+
+
+def run_once(
+    command: Sequence[str],
+    mode: str,
+    window: dict[str, Any],
+    *,
+    config_path: str | None = None,
+) -> list[dict[str, Any]]:
+    """Run the script once in ``mode``; each rank's document (one process per rank)."""
+    from unstall.launch.command import run_env
+
+    out = tempfile.mkdtemp(prefix="unstall-analyze-")
+    env = run_env(root_pid=os.getpid(), config_path=config_path)
+    env.update(
+        UNSTALL_BOOT_HOOKS="unstall.analysis.agent:install",  # the agent joins each process
+        UNSTALL_ANALYZE_MODE=mode,
+        UNSTALL_ANALYZE_OUT=out,
+        UNSTALL_ANALYZE_WARMUP=str(window["warmup"]),
+        UNSTALL_ANALYZE_STEPS=str(window["steps"]),
+        UNSTALL_ANALYZE_MIN_S=str(window["min_s"]),
+        UNSTALL_ANALYZE_MAX_S=str(window["max_s"]),
+        UNSTALL_TIMELINE="1",
+    )
+    try:
+        done = subprocess.run(
+            list(command),
+            env=env,
+            timeout=RUN_TIMEOUT_S,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        return _results(out, mode, done)
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    ranks = _rank_table(per_rank["cold"])
-    slowest = ranks[0]["rank"]  # the analysis follows the slowest rank
-    for mode, found in per_rank.items():
-        docs[mode] = next((d for d in found if d["rank"] == slowest), found[0])
-        runs[mode] = _run_of(mode, docs[mode])
+        shutil.rmtree(env["UNSTALL_RUN_DIR"], ignore_errors=True)
+
+
+def analysis_of(
+    command: Sequence[str], docs: dict[str, dict[str, Any]], window: dict[str, Any]
+) -> Analysis:
+    """Rates, stall shares and the bottleneck from the three runs' documents."""
+    for mode, doc in docs.items():
+        if len(doc["steps"]) < 2:
+            raise ValueError(_too_short(mode, doc))
+    runs = {mode: _run_of(mode, doc) for mode, doc in docs.items()}
+    figs = {mode: figures(doc) for mode, doc in docs.items()}
     cold = docs["cold"]
     workers = int(cold["num_workers"] or 0)
-    batch = int(cold["batch_size"] or 1)
-    rates, fetch_rate = derive_rates(
-        SimpleNamespace(num_workers=workers, batch_size=batch), runs, None
-    )
-    stall = split_by_worker_time(stall_shares(runs), rates)
-    prep_rate = predict(rates, Config(workers, batch)).caps["prep"]
-    analysis = Analysis(
+    batch = int(cold["batch_size"] or 0) or max(1, round(figs["cold"].samples / figs["cold"].steps))
+    cores = cores_available()
+    d = derive(figs, cores=cores, workers=workers, batch=batch)
+    notes = [
+        f"each run measured {window['steps']}+ steps and {window['min_s']:g}+ s of steady state "
+        f"after each iterator's start-up burst ({docs['cold']['burst']} batches: "
+        f"{workers} workers x prefetch {cold.get('prefetch_factor') or 2}) and "
+        f"{window['warmup']} warm-up steps (dataset {cold['dataset']})",
+        "per sample, each worker's time is split by the OS's clocks into CPU (prepare), "
+        "waiting for a core, and the rest (waiting on I/O: fetch)",
+    ]
+    if docs["cached"].get("reused"):
+        notes.append(
+            "--quick: no separate cached run (the dataset names no files to evict, so the "
+            "cold run read what the page cache held): the cold run stands for both"
+        )
+    for mode, doc in docs.items():
+        if not doc.get("complete", True):
+            notes.append(
+                f"the {mode} run ended (or ran out of time) before its window was as long "
+                "as asked: figures from "
+                f"{len(doc['steps'])} steady steps"
+            )
+    notes += d.notes
+    if d.oversubscribed["oversubscribed"]:
+        share = d.oversubscribed["worker_runq_share"]
+        notes.append(
+            f"oversubscribed: {workers} workers on {cores} cores"
+            + (f"; workers waited for a core {share:.0%} of their time" if share else "")
+        )
+    if d.cores_used_by_others:
+        notes.append(
+            f"other processes used {d.cores_used_by_others:.1f} of {cores} cores during "
+            "the measurement: the what-if prices the cores left"
+        )
+    loaders = cold.get("loaders", [])
+    return Analysis(
         workload=" ".join(command),
         runs=runs,
-        rates=rates,
+        rates=d.rates,
         probe=None,
         num_workers=workers,
         batch_size=batch,
-        num_samples=int(cold["stats"].get("samples", 0)) or batch * len(cold["steps"]),
+        num_samples=int(cold["stats"].get("samples", 0)) or figs["cold"].samples,
         split=False,
         cached_how="the script again right after the cold run (the page cache holds what it read)",
-        stall=stall,
-        bottleneck=bottleneck_of(stall, prep_rate, fetch_rate),
-        fetch_rate=fetch_rate,
-        notes=[
-            f"the script ran 3 times, each stopped after {warmup} warm-up + {steps} steps "
-            f"(dataset {cold['dataset']}); "
-            "per sample, each worker's CPU time counts as prepare, the rest as fetch"
-        ],
+        stall=d.stall,
+        bottleneck=d.bottleneck,
+        fetch_rate=d.fetch_rate if d.fetch_rate is not None else 0.0,
+        notes=notes,
+        unknown=d.unknown,
+        measured=d.measured,
+        shared=d.cores_used_by_others > 0,
+        extra={
+            "loaders": loaders,
+            "measured_loader": cold.get("loader", 0),
+            "oversubscription": d.oversubscribed,
+            "lean_probe": cold.get("lean_probe"),
+            "pin_memory": cold.get("pin_memory", False),
+            "window": {m: figs[m].steps for m in figs},
+            "ingestion_rate_alone": round(d.ingestion_alone, 2),
+        },
     )
-    report = report_of(analysis, what_if=what_if, html_dir=html_dir)
-    report["ranks"] = ranks
-    report["slowest_rank"] = slowest
-    return report
+
+
+def verify_recommendation(
+    command: Sequence[str], report: dict[str, Any], window: dict[str, Any]
+) -> dict[str, Any]:
+    """Run the script once more under the recommendation (``unstall run --config``'s way)."""
+    rec = report["recommendation"]
+    fd, path = tempfile.mkstemp(prefix="unstall-rec-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"kwargs": rec["kwargs"]}, f)
+    try:
+        docs = run_once(command, "cold", window, config_path=path)
+    finally:
+        os.unlink(path)
+    fig = figures(docs[0])
+    predicted = rec["predicted_samples_per_s"]
+    return {
+        "kwargs": rec["kwargs"],
+        "predicted_samples_per_s": predicted,
+        "measured_samples_per_s": round(fig.rate, 1),
+        "before_samples_per_s": report["measured_samples_per_s"],
+        "error": round(abs(predicted - fig.rate) / fig.rate, 4) if fig.rate else None,
+    }
+
+
+def _too_short(mode: str, doc: dict[str, Any]) -> str:
+    return (
+        f"the {mode} run was too short to measure: its loader handed out {doc['batches']} "
+        f"batches, of which the first {doc['skipped']} were the start-up burst and warm-up "
+        "(a figure from them would be the burst's, not the job's); run more batches "
+        "(a larger dataset or more epochs) or lower --warmup"
+    )
 
 
 def _results(out: str, mode: str, done: subprocess.CompletedProcess) -> list[dict[str, Any]]:
     """Each rank's figures for ``mode`` (one process per rank under torchrun)."""
     found = sorted(glob.glob(os.path.join(out, f"{mode}-*.json")))
     if not found:
-        tail = (done.stderr or "").strip().splitlines()[-8:]
+        tail = (done.stdout or "").strip().splitlines()[-TAIL:]
         raise ValueError(
             f"the {mode} run made no unstall-swapped DataLoader batches (exit {done.returncode})"
-            + ("; its last output:\n  " + "\n  ".join(tail) if tail else "")
+            + ("; the script's last output:\n  " + "\n  ".join(tail) if tail else "")
         )
     docs = []
     for path in found:
@@ -157,8 +276,6 @@ def _rank_table(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _run_of(mode: str, doc: dict[str, Any]) -> Run:
     steps = doc["steps"]
-    if not steps:
-        raise ValueError(f"the {mode} run handed out too few batches to time a step")
     wait = sum(s[0] for s in steps)
     compute = sum(s[1] for s in steps)
     run = Run(

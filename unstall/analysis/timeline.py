@@ -28,7 +28,7 @@ def lanes(spans: Sequence[tuple[float, ...]], seconds: float = 3.0) -> dict[str,
     end = origin + seconds
     out: dict[str, list[tuple]] = {LOOP: []}
     prev_end = None
-    for wait0, wait1, worker, t0, t1, t2, _cpu, _n in ordered:
+    for wait0, wait1, worker, t0, t1, t2, *_rest in ordered:
         if wait0 > end:
             break
         if prev_end is not None and wait0 > prev_end:

@@ -22,6 +22,8 @@ BENCHMARKS: dict[str, str] = {
     "hpsearch": "unstall.bench.hpsearch",
     "whatif": "unstall.bench.whatif",
     "distributed": "unstall.bench.distributed",
+    "listing": "unstall.bench.listing",
+    "launch": "unstall.bench.launch",
 }
 
 

@@ -67,7 +67,7 @@ def _run_variant(variant: str, root: str, keys: list[str], cfg: dict[str, Any]) 
     store = ThrottledStore(local, bytes_per_s=cfg["bytes_per_s"])
     dataset = FileDataset(store, keys)
     policy = "noevict" if variant == "noevict" else "lru"
-    cache = Cache(cfg["capacity_fraction"], policy=policy, name=f"bench-{variant}")
+    cache = Cache(cfg["capacity_fraction"], policy=policy, name=f"bench-{variant}", keep=0)
     opts = {"batch_size": cfg["batch_size"], "num_workers": cfg["workers"], "shuffle": True}
     counters: list[dict[str, int]] = []
     if variant == "torch":
@@ -119,7 +119,7 @@ def _run_variant(variant: str, root: str, keys: list[str], cfg: dict[str, Any]) 
 
 def _second_job(store: ThrottledStore, keys: list[str], cfg: dict[str, Any]) -> dict[str, Any]:
     """Another user of the same segment (as a second job of an HP sweep): its first epoch."""
-    with Cache(cfg["capacity_fraction"], name="bench-noevict") as cache:
+    with Cache(cfg["capacity_fraction"], name="bench-noevict", keep=0) as cache:
         loader = DataLoader(
             FileDataset(store, keys),
             batch_size=cfg["batch_size"],

@@ -2,16 +2,23 @@
 
 Each "node" is a process tree of its own (own shared-memory namespace, own
 loopback address 127.0.0.2..5, torchrun's environment, a gloo process group)
-with its own `ThrottledStore` link. Three variants, same run, same loaders:
+with its own `ThrottledStore` link. Four variants, same run, same loaders:
 
 - ``alone``: each node caches alone (``Cache(C)``): half its shard hits at best.
 - ``partitioned``: ``Cache(C, peers=Peers())``: each item cached by its owner,
-  the nodes' caches together hold the dataset, misses served by peers.
+  the nodes' caches together hold the dataset, misses served by peers over TLS
+  (the default).
+- ``plain_http``: the same with ``Peers(tls=False)``: what TLS costs.
 - ``local``: every node caches the whole dataset (the ceiling: all local hits).
 
 ``ratio`` = partitioned / local and ``vs_alone`` = partitioned / alone, both on
 the cluster's samples/s from epoch 2 (each epoch's wall time is the slowest
-node's). Goals: storage bytes 0 from epoch 2, ratio >= 0.9, vs_alone >= 1.8.
+node's); ``plain_http`` holds the same two figures without TLS. Goals: storage
+bytes 0 from epoch 2, ratio >= 0.9, vs_alone >= 1.8, TLS within 5 % of plain HTTP.
+Each node's workers persist across epochs (``persistent_workers=True``, the way to use
+peers: TLS's per-process costs, its first connection and handshakes, are paid once);
+``run(persistent_workers=False)`` starts fresh workers every epoch, which pays them each
+epoch (TLS / plain 0.92 there).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from unstall.stores.local import LocalStore
 from unstall.testing.nodes import free_port, node_address, start_node
 
 DESCRIPTION = "4 nodes: a cache partitioned across nodes vs each caching alone, slow storage"
-VARIANTS = ("alone", "partitioned", "local")
+VARIANTS = ("alone", "partitioned", "plain_http", "local")
 WORLD = 4
 EPOCHS = 3
 
@@ -92,10 +99,19 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
         ),
         "storage_bytes": [sum(r["storage_bytes"][e] for r in results) for e in range(EPOCHS)],
         "peer_bytes": [sum(r["peer_bytes"][e] for r in results) for e in range(EPOCHS)],
+        "tls": all(r["tls"] for r in results),
+        # CPU seconds of the 4 nodes' processes (loader, workers, peer server) per epoch
+        "cpu_s": [round(sum(r["epochs"][e]["cpu_s"] for r in results), 2) for e in range(EPOCHS)],
     }
 
 
-def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> BenchResult:
+def run(
+    *,
+    quick: bool,
+    console: Any = None,
+    repeats: int | None = None,
+    persistent_workers: bool = True,
+) -> BenchResult:
     # 32 batches per node and epoch (--quick): with 8, one batch's start-up latency at each
     # epoch (fresh workers) was an eighth of the figure, not what a real epoch pays
     n, size = (4096, 64 << 10) if quick else (8192, 64 << 10)
@@ -111,6 +127,8 @@ def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> Benc
         "rate": rate,
         "batch_size": 32,
         "workers": 2,
+        # fresh workers each epoch (the default) pay TLS's per-process costs every epoch
+        "persistent_workers": persistent_workers,
         "epochs": EPOCHS,
     }
     root = tempfile.mkdtemp(prefix="unstall-bench-dist-data-")
@@ -129,7 +147,8 @@ def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> Benc
                 if console is not None:
                     console.print(
                         f"  run {r + 1}/{repeats} {variant:11s} samples/s {res['samples_per_s']} "
-                        f"storage bytes {res['storage_bytes']} peer bytes {res['peer_bytes']}"
+                        f"storage bytes {res['storage_bytes']} peer bytes {res['peer_bytes']} "
+                        f"tls {res['tls']} cpu s {res['cpu_s']}"
                     )
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -146,6 +165,11 @@ def _result(
     part = ordered[len(ordered) // 2]
     ratio = speed["partitioned"] / speed["local"]
     vs_alone = speed["partitioned"] / speed["alone"]
+    plain = {
+        "ratio": round(speed["plain_http"] / speed["local"], 4),
+        "vs_alone": round(speed["plain_http"] / speed["alone"], 4),
+    }
+    tls_vs_plain = speed["partitioned"] / speed["plain_http"]
     rows = []
     for v in VARIANTS:
         med = sorted(runs[v], key=lambda r: r["samples_per_s_from_epoch2"])[len(runs[v]) // 2]
@@ -164,18 +188,26 @@ def _result(
         f"{WORLD} nodes, {n} samples of {size >> 10} KiB (dataset {n * size / 1e6:.0f} MB), "
         f"node cache {cfg['capacity'] / 1e6:.0f} MB, node link "
         f"{cfg['bytes_per_s'] / 1e6:.1f} MB/s, simulated accelerator {cfg['rate']:.0f} "
-        f"samples/s per node; median of {repeats} run(s)",
+        f"samples/s per node, {cfg['workers']} workers per node"
+        f"{' (persistent)' if cfg['persistent_workers'] else ''}; median of {repeats} run(s)",
         f"ratio = partitioned / fully local from epoch 2: {ratio:.3f} (goal >= 0.9)",
         f"vs_alone = partitioned / caching alone from epoch 2: {vs_alone:.3f} (goal >= 1.8)",
+        f"peers over TLS (the default); plain HTTP (Peers(tls=False)): ratio "
+        f"{plain['ratio']:.3f}, vs_alone {plain['vs_alone']:.3f}; TLS / plain "
+        f"{tls_vs_plain:.3f} (goal >= 0.95)",
     ]
     return BenchResult(
         name="distributed",
         ratio=ratio,
         baseline={"local": speed["local"], "alone": speed["alone"]},
-        unstall={"partitioned": speed["partitioned"]},
+        unstall={"partitioned": speed["partitioned"], "plain_http": speed["plain_http"]},
         rows=rows,
         detail={
             "vs_alone": round(vs_alone, 4),
+            "tls": all(r["tls"] for r in runs["partitioned"]),  # as the nodes reported
+            "plain_http": plain,
+            "tls_vs_plain": round(tls_vs_plain, 4),
+            "persistent_workers": cfg["persistent_workers"],
             "storage_bytes": part["storage_bytes"],
             "peer_bytes": part["peer_bytes"],
             "samples_per_s_from_epoch2": speed,

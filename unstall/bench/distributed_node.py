@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 from typing import Any
 
@@ -30,18 +31,19 @@ def main(cfg: dict[str, Any]) -> None:
     dataset = FileDataset(store, cfg["keys"])
     variant = cfg["variant"]
     peers = None
-    if variant == "partitioned":
+    if variant in ("partitioned", "plain_http"):
         from unstall.distributed import Peers
 
-        peers = Peers(timeout_s=2.0)
+        peers = Peers(timeout_s=2.0, tls=variant == "partitioned")
     capacity = cfg["dataset_bytes"] * 2 if variant == "local" else cfg["capacity"]
-    cache = Cache(capacity, peers=peers, name=f"bench-{variant}")
+    cache = Cache(capacity, peers=peers, name=f"bench-{variant}", keep=0)
     loader = DataLoader(
         dataset,
         batch_size=cfg["batch_size"],
         shuffle=True,
         seed=0,
         num_workers=cfg["workers"],
+        persistent_workers=cfg.get("persistent_workers", False),
         rank=rank,
         world_size=world,
         cache=cache,
@@ -56,14 +58,17 @@ def main(cfg: dict[str, Any]) -> None:
         for epoch in range(cfg["epochs"]):
             loader.set_epoch(epoch)
             dist.barrier()
+            cpu0 = _cpu_s()
             epochs.append(measure(loader, rate=cfg["rate"]).as_dict())
+            epochs[-1]["cpu_s"] = round(_cpu_s() - cpu0, 3)  # this node's processes
             dist.barrier()  # every node's reads of this epoch are done (its server's too)
             now_storage = store.stats()["storage"]["bytes"]
             now_peer = loader.stats().get("peers", {}).get("peer_bytes", 0)
             storage.append(now_storage - last_storage)
             peer.append(now_peer - last_peer)
             last_storage, last_peer = now_storage, now_peer
-        out = {"epochs": epochs, "storage_bytes": storage, "peer_bytes": peer}
+        tls = loader.stats().get("peers", {}).get("tls", False)  # what the peers really used
+        out = {"epochs": epochs, "storage_bytes": storage, "peer_bytes": peer, "tls": tls}
         path = os.path.join(cfg["out"], f"node-{rank}.json")
         with open(path + ".tmp", "w") as f:
             json.dump(out, f)
@@ -73,6 +78,15 @@ def main(cfg: dict[str, Any]) -> None:
         cache.close()
         store.close()
         dist.destroy_process_group()
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its joined children (the epoch's workers)."""
+    me, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 if __name__ == "__main__":

@@ -210,7 +210,7 @@ class _Runner:
             store = S3Store(f"s3://{BUCKET}/train", **self.server.store_options(endpoint=endpoint))
             labels = [i % 10 for i in range(len(self.keys))]
             ds = unstall.FileDataset(store, self.keys, labels=labels)
-            with unstall.Cache(1.0) as cache:
+            with unstall.Cache(1.0, keep=0) as cache:
                 loader = unstall.DataLoader(
                     ds, batch_size=BATCH, num_workers=WORKERS, shuffle=True,
                     collate_fn=raw_collate, cache=cache, persistent_workers=True,

@@ -55,12 +55,22 @@ class MemoryFiles(LocalStore):
         pass
 
 
-def _workload(store: Any, keys: list[str], labels: list[int], workers: int) -> Workload:
+def _workload(
+    store: Any, keys: list[str], labels: list[int], workers: int, prefetch: int | None = None
+) -> Workload:
     from unstall.pipeline import ImagePipeline
 
     dataset = FileDataset(store, keys, labels=labels, transform=ImagePipeline())
     accel = SimulatedAccelerator(RATE)
-    return Workload(dataset, accel.step, batch_size=BATCH, num_workers=workers, name="whatif")
+    extra = {"prefetch_factor": prefetch} if prefetch else {}
+    return Workload(
+        dataset,
+        accel.step,
+        batch_size=BATCH,
+        num_workers=workers,
+        name="whatif",
+        loader_kwargs=extra,
+    )
 
 
 @contextlib.contextmanager
@@ -71,7 +81,8 @@ def _cache_holding(dataset: Any, order: Sequence[int], fraction: float) -> Itera
         return
     chosen = [i for k, i in enumerate(order) if int((k + 1) * fraction) > int(k * fraction)]
     sizes = [os.path.getsize(dataset.store.path(dataset.key(i))) for i in chosen]
-    cache = Cache(int(sum(sizes) * 1.2) + (4 << 20), name=f"whatif-{random.getrandbits(32):08x}")
+    name = f"whatif-{random.getrandbits(32):08x}"
+    cache = Cache(int(sum(sizes) * 1.2) + (4 << 20), name=name, keep=0)
     try:
         fill = FileDataset(dataset.store.inner, dataset.keys)  # same segment, unthrottled
         layer = cache.bind(fill)
@@ -127,6 +138,7 @@ def run(*, quick: bool, console: Any = None) -> BenchResult:
                     with _link(local, b) as store:  # a fresh link per cell: nothing queued on it
                         work = _workload(store, keys, labels, workers)
                         rows.append(_cell(config, rates, work, warmup, steps, say))
+        rows += _hard_cells(base_config, rates, keys, local, labels, warmup, steps, say)
         rows += _s3_cells(rates, keys, local, labels, warmup, steps, say)
         rec = recommend(rates, base_config, len(keys), a.runs["cold"].samples_per_s)
         w, c = rec["kwargs"]["num_workers"], rec["kwargs"].get("cache", 0.0)
@@ -193,6 +205,39 @@ def _cell(config: Config, rates: Any, work: Workload, warmup: int, steps: int, s
         "error": round(error, 4),
         "bound": predict(rates, config).bound,
     }
+
+
+def _hard_cells(
+    base: Config,
+    rates: Any,
+    keys: list[str],
+    local: MemoryFiles,
+    labels: list[int],
+    warmup: int,
+    steps: int,
+    say: Any,
+) -> list[dict]:
+    """Cells the analyzer used to get wrong (issue 26): more workers than cores (the cores,
+    not the workers, bound preparation), and a start-up burst of more batches than the old
+    window timed (``workers x prefetch_factor`` ready at once: steady state must be timed)."""
+    cores = len(os.sched_getaffinity(0))
+    out = []
+    b = THROUGHPUTS[1]
+    for case, workers, prefetch in (
+        ("workers > cores", 2 * cores, None),
+        (f"burst of {2 * BURST_PREFETCH} batches", 2, BURST_PREFETCH),
+    ):
+        config = replace(base, workers=workers, cache=1.0, bandwidth=b)
+        with _link(local, b) as store:
+            work = _workload(store, keys, labels, workers, prefetch)
+            row = _cell(config, rates, work, warmup, steps, say)
+        row["case"] = f"{case}: {row['case']}"
+        out.append(row)
+    return out
+
+
+#: Batches per worker ready at the start of the burst cell: 2 x 16 > the old 3 + 30 steps.
+BURST_PREFETCH = 16
 
 
 def _s3_cells(

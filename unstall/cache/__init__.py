@@ -16,9 +16,10 @@ import warnings
 import weakref
 from typing import Any
 
-from unstall.cache import disk_tier, lifecycle, segment
+from unstall.cache import disk_tier, keep, lifecycle, segment
 from unstall.cache.capacity import format_bytes, parse_capacity, resolve_capacity
-from unstall.cache.layer import CacheLayer
+from unstall.cache.keep import keep_seconds
+from unstall.cache.layer import CacheLayer, item_versions
 from unstall.cache.policy import page_size_for
 from unstall.cache.shm_cache import POLICIES, Layout
 from unstall.cache.tiers import DiskFullWarning, bind_tiers
@@ -53,12 +54,19 @@ class Cache:
         peers: `unstall.Peers()` to partition the cache across the job's nodes (each
             item cached by its owner node only, in its RAM tier or, with ``disk``, its
             disk tier; other nodes' items come from them).
+        keep: seconds the RAM segment stays after its last user leaves, so the next
+            job hits from its first epoch [Unit: second]; default
+            ``$UNSTALL_CACHE_KEEP_S``, else 3600; 0 removes it at once. Kept segments
+            are released earlier when memory is short (`unstall.cache.keep`).
 
     ``bind(dataset)`` (called by `unstall.DataLoader`) maps the segment, creating it
     if no process on the node has, and switches local stores to reading around
-    the page cache, so memory does not hold the data twice. The segment is removed
-    when the last process using it closes (`close`, or at exit); one left by a
-    killed job is reclaimed by the next.
+    the page cache, so memory does not hold the data twice. Every item is stored
+    with the version of its source (``dataset.versions()``: size + mtime + inode of
+    a local file, size + ETag of an S3 object), and an item whose source changed
+    since is a miss (``stale`` in the stats), never served. When the last process
+    using the segment closes (`close`, or at exit) it is kept ``keep`` seconds, then
+    removed; one left by a killed job is reclaimed by the next.
     """
 
     def __init__(
@@ -70,6 +78,7 @@ class Cache:
         policy: str = "noevict",
         name: str | None = None,
         peers: Any = None,
+        keep: float | None = None,
     ):
         if capacity is not None and ram is not None:
             raise ValueError(
@@ -89,6 +98,7 @@ class Cache:
         self.policy = policy
         self.name = name
         self.peers = peers  # e.g. unstall.Peers(): a cache partitioned across nodes
+        self.keep = keep if keep is None else keep_seconds(keep)  # None: the env at bind
         self._layers: list[Any] = []
 
     def __repr__(self) -> str:
@@ -108,6 +118,7 @@ class Cache:
         if n == 0:
             raise ValueError(f"dataset {type(dataset).__name__} is empty: nothing to cache")
         fingerprint = str(dataset.fingerprint())
+        item_versions(dataset)  # here, once, before workers fork: they inherit the versions
         if self.capacity is None:  # disk tier only
             layer = bind_tiers(None, self.disk, dataset, fingerprint, self.name)
             return self._bound(layer, dataset)
@@ -117,8 +128,15 @@ class Cache:
         seg_name = segment.segment_name(fingerprint, self.policy, self.name)
         path = segment.segment_path(seg_name)
         group = random.getrandbits(62) + 1
-        layer_args = dict(name=seg_name, policy=self.policy, group=group, owner=os.getpid())
+        layer_args = dict(
+            name=seg_name,
+            policy=self.policy,
+            group=group,
+            owner=os.getpid(),
+            keep_s=keep_seconds(self.keep),
+        )
         layout = Layout(n_items=n, capacity=max(capacity, page), policy=self.policy, page_size=page)
+        keep.sweep(need_bytes=0 if os.path.exists(path) else layout.file_size + SHM_MARGIN)
         fitted, reason = (
             (layout, "") if os.path.exists(path) else _fit_to_free_space(layout, seg_name)
         )

@@ -89,8 +89,20 @@ def estimate_dataset_bytes(dataset: Any) -> int:
         sizes = [os.stat(store.path(dataset.key(i))).st_size for i in picks]
     else:
         picks = _spread(n, 16)
-        sizes = [len(raw) for raw in dataset.fetch(picks)]
+        sizes = _listed_sizes(dataset, picks)
+        if sizes is None:
+            sizes = [len(raw) for raw in dataset.fetch(picks)]
     return math.ceil(sum(sizes) / len(sizes) * n)
+
+
+def _listed_sizes(dataset: Any, picks: list[int]) -> list[int] | None:
+    """Sizes of ``picks`` from the listing the store made (no request), or None."""
+    listed = getattr(getattr(dataset, "store", None), "listed", None)
+    listing = listed() if callable(listed) else None
+    if listing is None:
+        return None
+    sizes = listing.sizes_of([dataset.key(i) for i in picks])
+    return None if (sizes < 0).any() else sizes.tolist()
 
 
 def _spread(n: int, k: int) -> list[int]:

@@ -177,23 +177,46 @@ def _remove_dead_tmp(pattern: str) -> list[str]:
     return removed
 
 
-def get_many(index: ShmCache, fd: int, indices: list[int]) -> list[bytes | None]:
-    """Bytes of each READY item (one ``pread`` each), None for the rest; no lock."""
-    states = index.state[indices].tolist()
+def get_many(
+    index: ShmCache, fd: int, indices: list[int], versions: np.ndarray | None = None
+) -> tuple[list[bytes | None], int]:
+    """Bytes of each READY item of the expected ``versions`` (one ``pread`` each), None for
+    the rest, and the number of stale items (READY under another version); no lock: state
+    and version are checked again after the read, as in `ShmCache.lookup`."""
+    idx = np.asarray(indices, dtype=np.intp)
+    ready = index.state[idx] == READY
+    stale = 0
+    if versions is not None:
+        fresh = index.version[idx] == versions
+        stale = int((ready & ~fresh).sum())
+        ready &= fresh
     out: list[bytes | None] = [None] * len(indices)
-    offset, length = index.offset, index.length
-    for k, st in enumerate(states):
-        if st == READY:
-            i = indices[k]
-            size = int(length[i])
-            raw = os.pread(fd, size, int(offset[i]))
-            if len(raw) == size:  # short only if the file was cut under us: fetch instead
-                out[k] = raw
-    return out
+    hit = np.flatnonzero(ready)
+    if not len(hit):
+        return out, stale
+    which = idx[hit]
+    starts, sizes = index.offset[which].tolist(), index.length[which].tolist()
+    for k, start, size in zip(hit.tolist(), starts, sizes, strict=True):
+        raw = os.pread(fd, size, start)
+        if len(raw) == size:  # short only if the file was cut under us: fetch instead
+            out[k] = raw
+    still = index.state[which] == READY
+    if versions is not None:
+        still &= index.version[which] == versions[hit]
+    for k in hit[~still].tolist():
+        out[k] = None
+    return out, stale
 
 
-def put_many(index: ShmCache, fd: int, items: list[tuple[int, bytes]]) -> tuple[int, int, bool]:
-    """Append items not yet stored while space lasts; ``(items, bytes, first_full)``.
+def put_many(
+    index: ShmCache,
+    fd: int,
+    items: list[tuple[int, bytes]],
+    versions: np.ndarray | None = None,
+    since: int = 0,
+) -> tuple[int, int, bool]:
+    """Append items not yet stored (or stored under another version) while space lasts;
+    ``(items, bytes, first_full)``.
 
     ``first_full`` is True in the one process that found the disk full (ENOSPC) first:
     it warns; everyone stops writing, and what was stored stays served.
@@ -201,7 +224,7 @@ def put_many(index: ShmCache, fd: int, items: list[tuple[int, bytes]]) -> tuple[
     hdr = index.hdr
     if int(hdr[H_FULL]):
         return 0, 0, False
-    claims = index.claim(items, int(hdr[H_DISK_CAPACITY]))
+    claims = index.claim(items, int(hdr[H_DISK_CAPACITY]), versions, since)
     if not claims:
         return 0, 0, False
     written: set[int] = set()

@@ -10,16 +10,20 @@ sums its workers' hits and misses without any message passing.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import Any, cast
 
+import numpy as np
+
 from unstall.cache import lifecycle
-from unstall.cache.policy import lru_get_many, lru_put_many
+from unstall.cache.policy import lru_check, lru_get_many, lru_put_many
 from unstall.cache.shm_cache import (
     H_CACHED_BYTES,
     H_CACHED_ITEMS,
     H_EVICTIONS,
     H_RECLAIMS,
+    H_STALE_BYTES,
     H_TOO_LARGE,
     READY,
     ShmCache,
@@ -36,11 +40,38 @@ def fetch_from_storage(dataset: Any, indices: list[int]) -> list[bytes]:
     return raws
 
 
-def not_cached(cache: ShmCache | None, indices: list[int]) -> list[int]:
-    """``indices`` less those READY in ``cache`` (all of them when there is no cache)."""
+def item_versions(dataset: Any) -> np.ndarray | None:
+    """The version of each item's source (int64 per item, see `unstall.stores.listing`), or
+    None for a dataset that cannot say (its items are then trusted as they are)."""
+    versions = getattr(dataset, "versions", None)
+    if not callable(versions):
+        return None
+    out = versions()
+    if out is None:
+        return None
+    if len(out) != len(dataset):
+        raise ValueError(
+            f"{type(dataset).__name__}.versions() has {len(out)} entries for "
+            f"{len(dataset)} samples: one version per sample"
+        )
+    return out
+
+
+def versions_of(dataset: Any, indices: list[int]) -> np.ndarray | None:
+    """The expected versions of ``indices`` (None when the dataset has none)."""
+    versions = item_versions(dataset)
+    return None if versions is None else versions[indices]
+
+
+def not_cached(
+    cache: ShmCache | None, indices: list[int], versions: np.ndarray | None = None
+) -> list[int]:
+    """``indices`` less those READY (under the expected ``versions``) in ``cache``."""
     if cache is None or not indices:
         return indices
     cached = cache.state[indices] == READY
+    if versions is not None:
+        cached &= cache.version[indices] == versions
     return [i for i, hit in zip(indices, cached.tolist(), strict=True) if not hit]
 
 
@@ -62,8 +93,13 @@ class CacheLayer:
         capacity: int,
         how: str,
         reason: str = "",
+        keep_s: float = 0.0,
     ):
         self.path, self.name, self.policy = path, name, policy
+        self.keep_s = keep_s  # seconds the segment stays after its last user (`cache.keep`)
+        #: When this bind happened (ns): items this job stores are marked with it, and it
+        #: replaces no stale item stored by a later bind (`ShmCache.claim`).
+        self.bound_ns = time.time_ns()
         self.group, self.owner, self.capacity = group, owner, capacity
         self.how, self.reason = how, reason
         self._cache: ShmCache | None = None
@@ -99,14 +135,18 @@ class CacheLayer:
 
     # Fetch layer ---------------------------------------------------------------------
     def fetch(self, dataset: Any, indices: Sequence[int]) -> list[bytes]:
-        """Raw bytes of ``indices`` in order: cached ones from shared memory, the rest fetched."""
+        """Raw bytes of ``indices`` in order: cached ones of the dataset's current versions
+        from shared memory, the rest (stale ones too) fetched and stored."""
         cache = self._attached()
         indices = list(indices)
         if cache is None:
             self._count(0, len(indices), 0, 0)
             return dataset.fetch(indices)
+        versions = versions_of(dataset, indices)
         lru = cache.layout.policy == "lru"
-        got = lru_get_many(cache, indices) if lru else cache.get_many(indices)
+        got, stale = (
+            lru_get_many(cache, indices, versions) if lru else cache.lookup(indices, versions)
+        )
         missing = [k for k, raw in enumerate(got) if raw is None]
         if not missing:
             self._count(len(indices), 0, 0, 0)
@@ -117,10 +157,13 @@ class CacheLayer:
         else:
             raws = fetch_from_storage(dataset, [indices[k] for k in missing])
         items = [(indices[k], raw) for k, raw in zip(missing, raws, strict=True)]
+        wanted = versions[missing] if versions is not None else None
         if ours is not None:
             items = [item for item, mine in zip(items, ours, strict=True) if mine]
-        inserted, size = lru_put_many(cache, items) if lru else cache.put_many(items)
-        self._count(len(indices) - len(missing), len(missing), inserted, size)
+            wanted = wanted[np.asarray(ours, dtype=bool)] if wanted is not None else None
+        put = lru_put_many if lru else ShmCache.put_many
+        inserted, size = put(cache, items, wanted, self.bound_ns)
+        self._count(len(indices) - len(missing), len(missing), inserted, size, stale)
         fetched = iter(raws)
         return [raw if raw is not None else next(fetched) for raw in got]
 
@@ -131,14 +174,17 @@ class CacheLayer:
 
     def prefetch(self, dataset: Any, indices: Sequence[int]) -> None:
         """Pass the look-ahead hint on for the samples not cached (those never hit storage)."""
-        indices = not_cached(self._attached(), list(indices))
+        indices = list(indices)
+        indices = not_cached(self._attached(), indices, versions_of(dataset, indices))
         if self.peers is not None:  # peers' items come from them, not from storage
             indices = [i for i in indices if self.peers.ours(dataset, i)]
         if indices:
             dataset.prefetch(indices)
 
-    def _count(self, hits: int, misses: int, inserted: int, size: int) -> None:
-        lifecycle.add_counts(self._cache, self._slot, self._local, hits, misses, inserted, size)
+    def _count(self, hits: int, misses: int, inserted: int, size: int, stale: int = 0) -> None:
+        lifecycle.add_counts(
+            self._cache, self._slot, self._local, hits, misses, inserted, size, stale
+        )
 
     # Stats ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -169,6 +215,8 @@ class CacheLayer:
                 "evictions": int(hdr[H_EVICTIONS]),
                 "too_large": int(hdr[H_TOO_LARGE]),
                 "reclaims": int(hdr[H_RECLAIMS]),
+                "stale_bytes": int(hdr[H_STALE_BYTES]),
+                "keep_s": self.keep_s,
             }
             out.update(self._last)
         out.update(lifecycle.hit_figures(counts))
@@ -180,7 +228,10 @@ class CacheLayer:
         """Assert the segment's index is consistent (for tests); no-op when uncached."""
         cache = self._attached()
         if cache is not None:
-            cache.check()
+            if cache.layout.policy == "lru":
+                lru_check(cache)
+            else:
+                cache.check()
 
     # Lifecycle -----------------------------------------------------------------------
     def close(self) -> bool:
@@ -193,4 +244,11 @@ class CacheLayer:
         if cache is None:
             return False
         self._local = lifecycle.group_counts(cache, self.group, plus=self._local)
-        return lifecycle.release(cache, group=self.group)
+        removed = lifecycle.release(cache, group=self.group, keep_s=self.keep_s)
+        if not removed and self.keep_s > 0:
+            from unstall.cache.keep import start_reaper, sweep
+
+            if self.path is not None and os.path.exists(self.path):
+                start_reaper(self.path)
+            sweep()  # a kept segment counts against the limits now
+        return removed

@@ -4,10 +4,14 @@ Each process that touches a segment holds a *slot* in its header (pid, owner pid
 group, counters). An *owner* is a process that called `Cache.bind` (pid ==
 owner); its loader's workers hold slots with that owner and the same *group*
 (one random id per bind), so the owner can sum its loader's hits and misses.
-A segment's users are its live owners. The last owner to close removes the
-file; a segment whose owners are all dead (SIGKILL, OOM) is reclaimed by the
-next process that opens it: reused if it holds the same dataset and capacity,
-else replaced.
+A segment's users are its live owners. The last owner to close either removes
+the file or, with a keep time (`Cache(keep=...)`, ``$UNSTALL_CACHE_KEEP_S``),
+leaves it *kept* until then, so the next job of the same dataset hits from its
+first epoch (every item carries its source's version, so nothing stale is
+served); `unstall.cache.keep` releases kept segments when they expire or memory
+is needed. A segment whose owners are all dead (SIGKILL, OOM), or a kept one, is
+reclaimed by the next process that opens it: reused if it holds the same dataset
+and capacity, else replaced.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from unstall.cache.shm_cache import (
     CLAIMED,
     EMPTY,
     H_CAPACITY,
+    H_KEEP_UNTIL,
+    H_LEFT_AT,
     H_RECLAIMS,
     S_BYTES,
     S_GROUP,
@@ -31,6 +37,7 @@ from unstall.cache.shm_cache import (
     S_MISSES,
     S_OWNER,
     S_PID,
+    S_STALE,
     S_STAMP,
     SLOTS,
     Layout,
@@ -48,8 +55,9 @@ def open_or_create(
     """Map the segment at ``path`` (creating it if needed) and take an owner slot.
 
     Returns ``(cache, slot, how)`` with ``how`` one of ``"created"``, ``"attached"``
-    (live users share it), ``"reclaimed"`` (a dead job's segment, reused with its
-    contents). Raises ``OSError`` (ENOSPC) when space cannot be reserved.
+    (live users share it), ``"kept"`` (one kept after its last user left, reused with
+    its contents), ``"reclaimed"`` (a dead job's segment, reused with its contents).
+    Raises ``OSError`` (ENOSPC) when space cannot be reserved.
     """
     pid = os.getpid()
     stamp = segment.process_stamp(pid)
@@ -83,8 +91,8 @@ def open_or_create(
                 pass  # removed or replaced meanwhile: retry
             elif not alive_owners(cache):
                 if _reusable(cache, layout, fingerprint):
+                    how = "kept" if int(cache.hdr[H_KEEP_UNTIL]) else "reclaimed"
                     _reset_after_crash(cache)
-                    how = "reclaimed"
                 else:
                     os.unlink(path)
             elif not cache.matches(layout, fingerprint):
@@ -178,15 +186,19 @@ def _reusable(cache: ShmCache, layout: Layout, fingerprint: str) -> bool:
 
 def _reset_after_crash(cache: ShmCache) -> None:
     """Forget dead processes: free their slots, drop items they claimed but never published."""
+    kept = int(cache.hdr[H_KEEP_UNTIL]) != 0
     cache.slots[:] = 0
+    cache.hdr[H_KEEP_UNTIL] = 0  # in use again
     claimed = cache.state == CLAIMED
     cache.state[claimed] = EMPTY  # their bytes stay allocated (lost), never visible
-    cache.hdr[H_RECLAIMS] += 1
+    if not kept:
+        cache.hdr[H_RECLAIMS] += 1
 
 
-#: A bind's counters, in slot-column order (`S_HITS`, `S_MISSES`, `S_INSERTED`, `S_BYTES`).
-COUNTERS = ("hits", "misses", "inserted", "inserted_bytes")
-_COLUMNS = (S_HITS, S_MISSES, S_INSERTED, S_BYTES)
+#: A bind's counters, in slot-column order (`S_HITS`, `S_MISSES`, `S_INSERTED`, `S_BYTES`,
+#: `S_STALE`: misses of items cached under another version of their source).
+COUNTERS = ("hits", "misses", "inserted", "inserted_bytes", "stale")
+_COLUMNS = (S_HITS, S_MISSES, S_INSERTED, S_BYTES, S_STALE)
 
 
 def group_counts(cache: ShmCache, group: int, plus: dict[str, int] | None = None) -> dict[str, int]:
@@ -210,10 +222,11 @@ def add_counts(
     misses: int,
     inserted: int,
     size: int,
+    stale: int = 0,
 ) -> None:
     """Add one fetch's counts to this process's slot of ``cache``, or to ``local`` where it has
     none (no segment mapped, or no free slot)."""
-    counts = (hits, misses, inserted, size)
+    counts = (hits, misses, inserted, size, stale)
     if cache is not None and slot >= 0:
         row = cache.slots[slot]  # this process is its slot's only writer
         with cache.thread_lock:
@@ -233,17 +246,27 @@ def hit_figures(counts: dict[str, int]) -> dict[str, Any]:
         "hit_rate": counts["hits"] / total if total else 0.0,
         "inserted": counts["inserted"],
         "inserted_bytes": counts["inserted_bytes"],
+        "stale": counts["stale"],
     }
 
 
-def release(cache: ShmCache, *, group: int) -> bool:
-    """An owner leaves: free its group's slots; remove the file if no live owner remains."""
+def release(cache: ShmCache, *, group: int, keep_s: float = 0.0) -> bool:
+    """An owner leaves: free its group's slots. If no live owner remains, remove the file,
+    or with ``keep_s > 0`` keep it that many seconds for the next job. True if removed."""
+    import time
+
     removed = False
     with cache.locked():
         cache.slots[cache.slots[:, S_GROUP] == group] = 0
         if segment.still_linked(cache.fd, cache.path) and not alive_owners(cache):
-            os.unlink(cache.path)
-            removed = True
+            now = time.time()
+            cache.hdr[H_LEFT_AT] = time.time_ns()
+            if keep_s > 0 and cache.valid():
+                cache.state[cache.state == CLAIMED] = EMPTY  # none of ours is in flight now
+                cache.hdr[H_KEEP_UNTIL] = max(1, int(now + keep_s))
+            else:
+                os.unlink(cache.path)
+                removed = True
     cache.close()
     return removed
 
@@ -256,7 +279,7 @@ def describe(path: str) -> dict[str, Any] | None:
     try:
         if not cache.valid():
             return None
-        from unstall.cache.shm_cache import H_CACHED_ITEMS, H_FP0, H_FP1
+        from unstall.cache.shm_cache import H_CACHED_ITEMS, H_FP0, H_FP1, H_STALE_BYTES
 
         fp = np.array([cache.hdr[H_FP0], cache.hdr[H_FP1]], dtype=np.int64).tobytes().hex()
         return {
@@ -269,6 +292,8 @@ def describe(path: str) -> dict[str, Any] | None:
             "items": cache.layout.n_items,
             "file_bytes": os.fstat(cache.fd).st_size,
             "users_alive": alive_owners(cache),
+            "kept_until": int(cache.hdr[H_KEEP_UNTIL]),
+            "stale_bytes": int(cache.hdr[H_STALE_BYTES]),
         }
     finally:
         cache.close()
@@ -297,10 +322,13 @@ def remove(path: str, *, force: bool = False) -> bool:
 def _map(
     path: str, *, skip: tuple[type[OSError], ...] = (FileNotFoundError,)
 ) -> ShmCache | Literal["missing", "foreign"]:
-    """Map the file at ``path``: the segment, ``"missing"`` (an error in ``skip`` on open)
-    or ``"foreign"`` (not a segment: too short, or another layout's header)."""
+    """Map the file at ``path``: the segment, ``"missing"`` (an error in ``skip`` on open, or
+    a directory: e.g. a coordination group's, never a segment, never removed here) or
+    ``"foreign"`` (not a segment: too short, or another layout's header)."""
     try:
         fd = os.open(path, os.O_RDWR)
+    except IsADirectoryError:
+        return "missing"
     except skip:
         return "missing"
     try:

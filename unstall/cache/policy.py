@@ -36,13 +36,20 @@ def page_size_for(mean_item_bytes: float) -> int:
     return 1 << int(np.floor(np.log2(target)))
 
 
-def lru_get_many(cache: ShmCache, indices: list[int]) -> list[bytes | None]:
-    """Bytes of each cached item (None if absent); marks hits as most recently used."""
+def lru_get_many(
+    cache: ShmCache, indices: list[int], versions: np.ndarray | None = None
+) -> tuple[list[bytes | None], int]:
+    """Bytes of each cached item of the expected version (None if absent or stale), and the
+    number of stale ones; marks hits as most recently used."""
     out: list[bytes | None] = [None] * len(indices)
     hdr, page, base, mm = cache.hdr, cache.layout.page_size, cache.data_off, cache.mm
+    stale = 0
     with cache.locked():
         for k, i in enumerate(indices):
             if cache.state[i] != READY:
+                continue
+            if versions is not None and int(cache.version[i]) != int(versions[k]):
+                stale += 1
                 continue
             hdr[H_CLOCK] += 1
             cache.last_use[i] = hdr[H_CLOCK]
@@ -53,18 +60,29 @@ def lru_get_many(cache: ShmCache, indices: list[int]) -> list[bytes | None]:
                 remaining -= take
                 p = int(cache.next_page[p])
             out[k] = parts[0] if len(parts) == 1 else b"".join(parts)
-    return out
+    return out, stale
 
 
-def lru_put_many(cache: ShmCache, items: list[tuple[int, bytes]]) -> tuple[int, int]:
-    """Store each item not cached, evicting least recently used items. Returns (items, bytes)."""
+def lru_put_many(
+    cache: ShmCache,
+    items: list[tuple[int, bytes]],
+    versions: np.ndarray | None = None,
+    since: int = 0,
+) -> tuple[int, int]:
+    """Store each item not cached (or cached under another version), evicting least recently
+    used items. Returns (items, bytes)."""
     hdr, page, base, mm = cache.hdr, cache.layout.page_size, cache.data_off, cache.mm
     stored = size = 0
     with cache.locked():
-        for i, raw in items:
+        for k, (i, raw) in enumerate(items):
             need = max(1, -(-len(raw) // page))
+            want = int(versions[k]) if versions is not None else 0
             if cache.state[i] != EMPTY:
-                continue
+                if versions is None or int(cache.version[i]) == want:
+                    continue
+                if int(cache.stored_by[i]) > since:
+                    continue  # stored for a newer listing than ours (see ShmCache.claim)
+                _free_item(cache, int(i))  # stale: its pages go back to the free list
             if need > cache.layout.n_pages:
                 hdr[H_TOO_LARGE] += 1
                 continue
@@ -74,7 +92,8 @@ def lru_put_many(cache: ShmCache, items: list[tuple[int, bytes]]) -> tuple[int, 
             for n, p in enumerate(pages):
                 chunk = raw[n * page : (n + 1) * page]
                 mm[base + p * page : base + p * page + len(chunk)] = chunk
-            cache.offset[i], cache.length[i] = pages[0], len(raw)
+            cache.offset[i], cache.length[i], cache.version[i] = pages[0], len(raw), want
+            cache.stored_by[i] = since
             hdr[H_CLOCK] += 1
             cache.last_use[i] = hdr[H_CLOCK]
             cache.state[i] = READY
@@ -114,7 +133,13 @@ def _evict_one(cache: ShmCache) -> None:
     victim = int(ages.argmin())
     if ages[victim] == _NEVER:
         raise RuntimeError("LRU cache has no item to evict but too few free pages (corrupt?)")
-    p, remaining = int(cache.offset[victim]), int(cache.length[victim])
+    _free_item(cache, victim)
+    cache.hdr[H_EVICTIONS] += 1
+
+
+def _free_item(cache: ShmCache, i: int) -> None:
+    """Put item ``i``'s pages back on the free list and mark it EMPTY (lock held)."""
+    p, remaining = int(cache.offset[i]), int(cache.length[i])
     hdr, page = cache.hdr, cache.layout.page_size
     count = max(1, -(-remaining // page))
     for _ in range(count):
@@ -123,10 +148,9 @@ def _evict_one(cache: ShmCache) -> None:
         hdr[H_FREE_HEAD] = p
         p = nxt
     hdr[H_FREE_PAGES] += count
-    cache.state[victim] = EMPTY
+    cache.state[i] = EMPTY
     hdr[H_CACHED_ITEMS] -= 1
     hdr[H_CACHED_BYTES] -= remaining
-    hdr[H_EVICTIONS] += 1
 
 
 def _take_pages(cache: ShmCache, need: int) -> list[int]:

@@ -4,8 +4,10 @@ One file, mapped by every process that uses it::
 
     header   64 int64 words: magic, version, items, capacity, policy, bump pointer,
              items/bytes cached, LRU clock and free list, ...
-    slots    SLOTS x 8 int64: pid, owner pid, group, hits, misses, inserted, bytes, stamp
-    index    offset int64[N], length int64[N], state uint8[N], (LRU) last_use int64[N]
+    slots    SLOTS x 9 int64: pid, owner pid, group, hits, misses, inserted, bytes, stamp,
+             stale
+    index    offset int64[N], length int64[N], version int64[N], stored_by int64[N],
+             state uint8[N], (LRU) last_use int64[N]
     pages    (LRU) next_page int32[P]
     data     capacity bytes
 
@@ -20,6 +22,17 @@ writer side orders itself on any CPU because the publish runs inside ``flock``
 (a system call). Readers on weakly ordered CPUs (ARM) would need an acquire
 barrier after the state load, which Python cannot express: we assume x86-64.
 A second filler of the same item sees CLAIMED or READY and does not store it.
+
+Every item carries the *version* of its source it was stored for (an int64 the
+dataset derives from size + mtime + inode, or size + ETag; see
+`unstall.stores.listing`). A reader passes the versions it expects: an item READY
+under another version is *stale*, a miss (counted), never served. A filler with a
+newer listing replaces it (``stored_by``: when the storing job bound the cache; an
+older job leaves a newer job's item alone and reads storage): under the lock the item
+goes READY -> CLAIMED with a
+fresh offset (the old bytes stay where they were, unused: the bump pointer only
+grows), then READY with the new version. A lock-free reader therefore checks
+state and version again after copying the bytes, and drops what changed meanwhile.
 """
 
 from __future__ import annotations
@@ -36,7 +49,7 @@ import numpy as np
 from unstall.cache import segment
 
 MAGIC = 0x554E5354414C4C31  # "UNSTALL1"
-VERSION = 1
+VERSION = 2
 POLICIES = {"noevict": 0, "lru": 1}
 SLOTS = 128
 EMPTY, CLAIMED, READY = 0, 1, 2
@@ -46,10 +59,18 @@ EMPTY, CLAIMED, READY = 0, 1, 2
 (H_CACHED_ITEMS, H_CACHED_BYTES, H_CLOCK, H_FREE_HEAD, H_PAGE, H_PAGES) = range(6, 12)
 (H_EVICTIONS, H_CREATED, H_DATASET_BYTES, H_FREE_PAGES, H_FP0, H_FP1) = range(12, 18)
 (H_TOO_LARGE, H_RECLAIMS) = range(18, 20)
+# 20..23: the disk tier's own words (`unstall.cache.disk_tier`)
+#: Unix time until which a segment with no user is kept (0: in use, or its users died).
+H_KEEP_UNTIL = 24
+#: Bytes of replaced (stale) items: allocated, no longer reachable.
+H_STALE_BYTES = 25
+#: When the last user left [Unit: nanosecond since the epoch].
+H_LEFT_AT = 26
 HEADER_WORDS = 64
 # slot words
 S_PID, S_OWNER, S_GROUP, S_HITS, S_MISSES, S_INSERTED, S_BYTES, S_STAMP = range(8)
-SLOT_WORDS = 8
+S_STALE = 8
+SLOT_WORDS = 9
 
 
 def _align(n: int, to: int = 64) -> int:
@@ -81,6 +102,8 @@ class Layout:
             ("slots", SLOTS * SLOT_WORDS * 8),
             ("offset", 8 * n),
             ("length", 8 * n),
+            ("version", 8 * n),
+            ("stored_by", 8 * n),
             ("state", n),
             ("last_use", 8 * n if self.policy == "lru" else 0),
             ("next_page", 4 * self.n_pages),
@@ -129,6 +152,9 @@ class ShmCache:
         self.hdr = np.ndarray((HEADER_WORDS,), np.int64, self.mm, 0)
         if int(self.hdr[H_MAGIC]) == 0:  # fresh file: the creator sets the header next
             return
+        if not self.valid():
+            self.close_map()
+            raise ValueError(f"{path!r} is not an unstall cache segment of version {VERSION}")
         self._map_views()
 
     def _map_views(self) -> None:
@@ -139,9 +165,14 @@ class ShmCache:
             page_size=int(self.hdr[H_PAGE]),
         )
         off, n, mm = self.layout.offsets(), self.layout.n_items, self.mm
+        if off["end"] > len(mm):
+            self.close_map()
+            raise ValueError(f"{self.path!r} is shorter than its header says: not a segment")
         self.slots = np.ndarray((SLOTS, SLOT_WORDS), np.int64, mm, off["slots"])
         self.offset = np.ndarray((n,), np.int64, mm, off["offset"])
         self.length = np.ndarray((n,), np.int64, mm, off["length"])
+        self.version = np.ndarray((n,), np.int64, mm, off["version"])
+        self.stored_by = np.ndarray((n,), np.int64, mm, off["stored_by"])
         self.state = np.ndarray((n,), np.uint8, mm, off["state"])
         lru = self.layout.policy == "lru"
         self.last_use = np.ndarray((n if lru else 0,), np.int64, mm, off["last_use"])
@@ -185,29 +216,65 @@ class ShmCache:
             and (int(self.hdr[H_FP0]), int(self.hdr[H_FP1])) == fingerprint_words(fingerprint)
         )
 
+    def close_map(self) -> None:
+        """Unmap without closing the descriptor (the caller owns it on a failed open)."""
+        self.__dict__.pop("hdr", None)
+        self.mm.close()
+
     def close(self) -> None:
-        for view in ("hdr", "slots", "offset", "length", "state", "last_use", "next_page"):
+        views = ("hdr", "slots", "offset", "length", "version", "stored_by", "state", "last_use")
+        for view in (*views, "next_page"):
             self.__dict__.pop(view, None)
         with contextlib.suppress(BufferError):  # a view is still held: unmapped at exit
             self.mm.close()
         os.close(self.fd)
 
     # No-eviction get/put -------------------------------------------------------------
-    def get_many(self, indices: list[int]) -> list[bytes | None]:
-        """Bytes of each READY item, None for the rest; no lock (see the module notes)."""
-        states = self.state[indices].tolist()
-        out: list[bytes | None] = [None] * len(indices)
-        base, mm, offset, length = self.data_off, self.mm, self.offset, self.length
-        for k, st in enumerate(states):
-            if st == READY:
-                i = indices[k]
-                start = base + int(offset[i])
-                out[k] = mm[start : start + int(length[i])]
-        return out
+    def get_many(
+        self, indices: list[int], versions: np.ndarray | None = None
+    ) -> list[bytes | None]:
+        """Bytes of each READY item (of the ``versions`` expected, if given), None for the rest."""
+        return self.lookup(indices, versions)[0]
 
-    def put_many(self, items: list[tuple[int, bytes]]) -> tuple[int, int]:
-        """Store items not yet cached while space lasts; never evicts. Returns (items, bytes)."""
-        claims = self.claim(items, self.capacity)
+    def lookup(
+        self, indices: list[int], versions: np.ndarray | None = None
+    ) -> tuple[list[bytes | None], int]:
+        """`get_many`, and how many items were READY under another version (stale).
+
+        No lock (see the module notes): state and version are read before the bytes
+        and again after, so an item replaced meanwhile is a miss, never torn bytes.
+        """
+        idx = np.asarray(indices, dtype=np.intp)  # one conversion for every gather below
+        ready = self.state[idx] == READY
+        stale = 0
+        if versions is not None:
+            fresh = self.version[idx] == versions
+            stale = int((ready & ~fresh).sum())
+            ready &= fresh
+        out: list[bytes | None] = [None] * len(indices)
+        hit = np.flatnonzero(ready)
+        if not len(hit):
+            return out, stale
+        which = idx[hit]
+        base, mm = self.data_off, self.mm
+        starts = (self.offset[which] + base).tolist()  # loaded after the states (see notes)
+        lengths = self.length[which].tolist()
+        for k, start, size in zip(hit.tolist(), starts, lengths, strict=True):
+            out[k] = mm[start : start + size]
+        still = self.state[which] == READY
+        if versions is not None:
+            still &= self.version[which] == versions[hit]
+        if not still.all():  # replaced while we copied: a miss
+            for k in hit[~still].tolist():
+                out[k] = None
+        return out, stale
+
+    def put_many(
+        self, items: list[tuple[int, bytes]], versions: np.ndarray | None = None, since: int = 0
+    ) -> tuple[int, int]:
+        """Store items not yet cached (or cached under another version by a job bound no later
+        than ``since``, see `claim`) while space lasts; never evicts. Returns (items, bytes)."""
+        claims = self.claim(items, self.capacity, versions, since)
         if not claims:
             return 0, 0
         base = self.data_off
@@ -217,25 +284,47 @@ class ShmCache:
             return self.publish(claims)
 
     # The claim and publish steps (module notes), shared with the disk tier's index ---
-    def claim(self, items: list[tuple[int, bytes]], capacity: int) -> list[tuple[int, int, bytes]]:
-        """Step 1, under the lock: room below ``capacity`` for each EMPTY item that fits.
+    def claim(
+        self,
+        items: list[tuple[int, bytes]],
+        capacity: int,
+        versions: np.ndarray | None = None,
+        since: int = 0,
+    ) -> list[tuple[int, int, bytes]]:
+        """Step 1, under the lock: room below ``capacity`` for each item that fits and is
+        EMPTY, or READY under a version other than its entry in ``versions`` (stale: replaced)
+        stored by a job bound no later than this one (``since``, ns): a job whose listing is
+        older than the item's does not replace it, so two jobs never take turns.
 
         Returns ``(index, offset, raw)`` per claim; none once full (the bump pointer only
         grows, and nothing is evicted).
         """
         hdr = self.hdr
-        fits = [(i, raw) for i, raw in items if int(hdr[H_BUMP]) + len(raw) <= capacity]
+        room = capacity - int(hdr[H_BUMP])
+        fits = [k for k, (_i, raw) in enumerate(items) if len(raw) <= room]
         if not fits:  # full: no lock needed
             return []
         claims = []
         with self.locked():
-            for i, raw in fits:
-                bump = int(hdr[H_BUMP])
-                if self.state[i] != EMPTY or bump + len(raw) > capacity:
+            for k in fits:
+                i, raw = items[k]
+                want = int(versions[k]) if versions is not None else 0
+                bump, state = int(hdr[H_BUMP]), int(self.state[i])
+                if state == CLAIMED or bump + len(raw) > capacity:
                     continue  # another filler has it, or full for this item
-                self.offset[i], self.length[i] = bump, len(raw)
+                if state == READY:
+                    if versions is None or int(self.version[i]) == want:
+                        continue  # cached already
+                    if int(self.stored_by[i]) > since:
+                        continue  # stored for a newer listing than ours
+                    old = int(self.length[i])  # stale: its bytes become unreachable
+                    hdr[H_CACHED_ITEMS] -= 1
+                    hdr[H_CACHED_BYTES] -= old
+                    hdr[H_STALE_BYTES] += old
+                self.state[i] = CLAIMED  # first, so a lock-free reader's re-check sees it
+                self.offset[i], self.length[i], self.version[i] = bump, len(raw), want
+                self.stored_by[i] = since
                 hdr[H_BUMP] = bump + len(raw)
-                self.state[i] = CLAIMED
                 claims.append((i, bump, raw))
         return claims
 
@@ -265,10 +354,7 @@ class ShmCache:
             AssertionError: naming the first inconsistency found.
         """
         if self.layout.policy == "lru":
-            from unstall.cache.policy import lru_check
-
-            lru_check(self)
-            return
+            raise AssertionError(f"{self.path} is an LRU segment: use policy.lru_check")
         ready = np.flatnonzero(self.state == READY)
         held = np.flatnonzero(self.state != EMPTY)
         starts, ends = self.offset[held], self.offset[held] + self.length[held]

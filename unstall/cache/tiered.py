@@ -10,13 +10,16 @@ its own slot of the index, so the owner sums its workers' figures.
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from unstall.cache import disk_tier, lifecycle
 from unstall.cache.capacity import format_bytes
-from unstall.cache.layer import CacheLayer, fetch_from_storage, not_cached
+from unstall.cache.layer import CacheLayer, fetch_from_storage, not_cached, versions_of
 from unstall.cache.shm_cache import (
     EMPTY,
     H_BUMP,
@@ -49,6 +52,7 @@ class TieredLayer:
         self.ram = ram
         self.path, self.name, self.group, self.owner = path, name, group, owner
         self.capacity, self.how, self.reason = capacity, how, reason
+        self.bound_ns = ram.bound_ns if ram is not None else time.time_ns()  # see CacheLayer
         self._index: ShmCache | None = None
         self._fd = -1
         self._slot = -1
@@ -81,17 +85,23 @@ class TieredLayer:
 
     # Fetch layer ---------------------------------------------------------------------
     def fetch(self, dataset: Any, indices: Sequence[int]) -> list[bytes]:
-        """Raw bytes of ``indices`` in order: from RAM, else disk, else storage (then stored)."""
+        """Raw bytes of ``indices`` in order: from RAM, else disk, else storage (then stored);
+        a tier's item of another version than the dataset's is stale: a miss."""
         indices = list(indices)
+        versions = versions_of(dataset, indices)
         ram = self.ram._attached() if self.ram is not None else None
-        got: list[bytes | None] = (
-            ram.get_many(indices) if ram is not None else [None] * len(indices)
-        )
+        got: list[bytes | None] = [None] * len(indices)
+        ram_stale = 0
+        if ram is not None:
+            got, ram_stale = ram.lookup(indices, versions)
         ram_hits = sum(raw is not None for raw in got)
         index = self._attached()
         need = [k for k, raw in enumerate(got) if raw is None]
+        disk_stale = 0
         if index is not None and need:
-            from_disk = disk_tier.get_many(index, self._fd, [indices[k] for k in need])
+            from_disk, disk_stale = disk_tier.get_many(
+                index, self._fd, [indices[k] for k in need], _pick(versions, need)
+            )
             for k, raw in zip(need, from_disk, strict=True):
                 got[k] = raw
         missing = [k for k, raw in enumerate(got) if raw is None]
@@ -107,28 +117,39 @@ class TieredLayer:
             for k, raw in zip(missing, raws, strict=True):
                 got[k] = raw
             items = list(zip(wanted, raws, strict=True))
+            item_versions = _pick(versions, missing)
             if ours is not None:  # a partitioned cache: this node stores only what it owns
                 items = [item for item, mine in zip(items, ours, strict=True) if mine]
-            stored = self._store(items)
+                item_versions = _pick(item_versions, np.flatnonzero(ours).tolist())
+            stored = self._store(items, item_versions)
         if self.ram is not None:
-            self.ram._count(ram_hits, len(indices) - ram_hits, stored[0], stored[1])
-        self._count(disk_hits, len(missing), stored[2], stored[3])
+            self.ram._count(ram_hits, len(indices) - ram_hits, stored[0], stored[1], ram_stale)
+        self._count(disk_hits, len(missing), stored[2], stored[3], disk_stale)
         return got  # type: ignore[return-value]  # every None was filled
 
-    def _store(self, items: list[tuple[int, bytes]]) -> tuple[int, int, int, int]:
+    def _store(
+        self, items: list[tuple[int, bytes]], versions: np.ndarray | None
+    ) -> tuple[int, int, int, int]:
         """Fetched items to RAM, those RAM cannot take to disk: (ram n, bytes, disk n, bytes)."""
         ram = self.ram._cache if self.ram is not None else None
         ram_n = ram_b = 0
         if ram is not None:
-            ram_n, ram_b = ram.put_many(items)
-            # still EMPTY in RAM: it did not fit (the bump pointer only grows, so it never
-            # will); CLAIMED or READY: RAM holds it (or another process is storing it there)
-            left = ram.state[[i for i, _ in items]] == EMPTY
-            items = [item for item, out in zip(items, left.tolist(), strict=True) if out]
+            ram_n, ram_b = ram.put_many(items, versions, self.bound_ns)
+            # not in RAM under our version (EMPTY, or stale): it did not fit (the bump pointer
+            # only grows, so it never will); held: RAM has it (or another process stores it)
+            which = [i for i, _ in items]
+            held = ram.state[which] != EMPTY
+            if versions is not None:  # ours, or a newer job's (which we leave alone)
+                held &= (ram.version[which] == versions) | (ram.stored_by[which] > self.bound_ns)
+            left = (~held).tolist()
+            items = [item for item, out in zip(items, left, strict=True) if out]
+            versions = versions[np.asarray(left, dtype=bool)] if versions is not None else None
         index = self._index
         if index is None or not items:
             return ram_n, ram_b, 0, 0
-        disk_n, disk_b, first_full = disk_tier.put_many(index, self._fd, items)
+        disk_n, disk_b, first_full = disk_tier.put_many(
+            index, self._fd, items, versions, self.bound_ns
+        )
         if first_full:
             warnings.warn(
                 f"the disk under {disk_tier.tier_dir()} is full: the disk cache {self.name} "
@@ -141,8 +162,10 @@ class TieredLayer:
 
     def prefetch(self, dataset: Any, indices: Sequence[int]) -> None:
         """Pass the look-ahead hint on for samples in neither tier."""
-        indices = not_cached(self.ram._attached() if self.ram is not None else None, list(indices))
-        indices = not_cached(self._attached(), indices)
+        indices = list(indices)
+        ram = self.ram._attached() if self.ram is not None else None
+        indices = not_cached(ram, indices, versions_of(dataset, indices))
+        indices = not_cached(self._attached(), indices, versions_of(dataset, indices))
         if self.peers is not None:  # peers' items come from them, not from storage
             indices = [i for i in indices if self.peers.ours(dataset, i)]
         if indices:
@@ -153,8 +176,10 @@ class TieredLayer:
         if self.peers is not None:
             self.peers.begin_epoch()
 
-    def _count(self, hits: int, misses: int, inserted: int, size: int) -> None:
-        lifecycle.add_counts(self._index, self._slot, self._local, hits, misses, inserted, size)
+    def _count(self, hits: int, misses: int, inserted: int, size: int, stale: int = 0) -> None:
+        lifecycle.add_counts(
+            self._index, self._slot, self._local, hits, misses, inserted, size, stale
+        )
 
     # Stats ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -171,6 +196,7 @@ class TieredLayer:
             "hits": hits,
             "misses": misses,
             "hit_rate": hits / (hits + misses) if hits + misses else 0.0,
+            "stale": (ram["stale"] if ram else 0) + disk["stale"],
             "ram_hits": ram["hits"] if ram else 0,
             "disk_hits": disk["hits"],
             "ram_cached_bytes": ram.get("cached_bytes", 0) if ram else 0,
@@ -225,9 +251,11 @@ class TieredLayer:
         index.check()
         ram = self.ram._attached() if self.ram is not None else None
         if ram is not None:
-            both = (ram.state == READY) & (index.state == READY)
+            both = (ram.state == READY) & (index.state == READY) & (ram.version == index.version)
             if both.any():
-                raise AssertionError(f"items {both.nonzero()[0][:10].tolist()} are in both tiers")
+                raise AssertionError(
+                    f"items {both.nonzero()[0][:10].tolist()} are in both tiers (same version)"
+                )
 
     # Lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
@@ -243,3 +271,8 @@ class TieredLayer:
             return
         self._local = lifecycle.group_counts(index, self.group, plus=self._local)
         disk_tier.release(index, self._fd, group=self.group)
+
+
+def _pick(versions: np.ndarray | None, positions: list[int]) -> np.ndarray | None:
+    """``versions`` at ``positions`` (None stays None)."""
+    return None if versions is None else versions[positions]

@@ -119,7 +119,16 @@ def bind_cache(cache: Any, dataset: Any) -> Any:
     ):
         return None
     from unstall.cache import Cache
+    from unstall.cache.layer import item_versions
 
+    try:
+        item_versions(dataset)  # the listing that gives each item's version
+    except Exception as exc:  # a store that fails now fails the epoch, naming the sample
+        _say(
+            f"unstall: no disk cache for {getattr(dataset.store, 'url', 'the dataset')}: "
+            f"listing the objects' versions failed ({type(exc).__name__}: {exc})"
+        )
+        return None
     layer = Cache(disk="auto").bind(dataset)
     _announce(layer, dataset)
     return layer
@@ -140,6 +149,10 @@ def _announce(layer: TieredLayer, dataset: Any) -> None:
             "cache=unstall.Cache(ram=..., disk=...) or $UNSTALL_CACHE_DIR, turn off with "
             "cache=False"
         )
+    _say(line)
+
+
+def _say(line: str) -> None:
     if logging.getLogger("unstall").hasHandlers():
         log.info(line)
     else:  # logging not set up: the line must still be seen once

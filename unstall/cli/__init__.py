@@ -11,13 +11,15 @@ import sys
 SUBCOMMANDS = ("demo", "run", "analyze", "make_dataset", "bench", "cache")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command's parser; with ``only``, just that subcommand's (`main` uses it so
+    that `unstall run` imports nothing beyond its own module before it execs)."""
     parser = argparse.ArgumentParser(
         prog="unstall",
         description="Find and remove data stalls in PyTorch training.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMANDS:
+    for name in SUBCOMMANDS if only is None else (only,):
         try:
             module = importlib.import_module(f"unstall.cli.{name}")
         except ModuleNotFoundError as exc:
@@ -30,7 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``unstall`` command."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    first = argv[0].replace("-", "_") if argv else None
+    parser = build_parser(first if first in SUBCOMMANDS else None)
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()

@@ -35,9 +35,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--workers", type=int, help="loader workers (default: cores available)")
-    p.add_argument("--steps", type=int, help="measured steps per run (default 200, --quick 30)")
-    p.add_argument("--warmup", type=int, help="warm-up steps per run (default 10, --quick 3)")
-    p.add_argument("--quick", action="store_true", help="fewer steps: an answer in a minute")
+    p.add_argument(
+        "--steps",
+        type=int,
+        help="least measured steps per run (built-in workload: exactly; default 200, --quick "
+        "30; a script: at least this many and --min-seconds of steady state, default 50, "
+        "--quick 12)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        help="warm-up steps per run, after each loader's start-up burst (default 10, --quick 3)",
+    )
+    p.add_argument(
+        "--min-seconds",
+        type=float,
+        help="a script's least seconds of steady state per run (default 20, --quick 4)",
+    )
+    p.add_argument("--quick", action="store_true", help="shorter runs: an answer in a minute")
+    p.add_argument(
+        "--verify",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the script once more under the recommendation (default: on without --quick)",
+    )
     p.add_argument(
         "--what-if",
         metavar="SPEC",
@@ -83,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
         if command:
             from unstall.analysis.script import analyze_script
 
-            report = analyze_script(command, console=console, **common)
+            report = analyze_script(
+                command, console=console, min_s=args.min_seconds, verify=args.verify, **common
+            )
         else:
             report = _builtin(args, console, common)
     except (ValueError, FileNotFoundError) as exc:

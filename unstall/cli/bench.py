@@ -20,6 +20,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
     p.add_argument("--quick", action="store_true", help="a smaller run (about a minute)")
+    p.add_argument(
+        "--repeats", type=int, help="runs to take the median of (benchmarks that repeat)"
+    )
     add_json(p, "the figures")
     p.add_argument(
         "--model",
@@ -37,7 +40,10 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     module = load(args.name)
-    extra = {"model": args.model} if "model" in inspect.signature(module.run).parameters else {}
+    params = inspect.signature(module.run).parameters
+    extra = {"model": args.model} if "model" in params else {}
+    if args.repeats is not None and "repeats" in params:
+        extra["repeats"] = args.repeats
     result = module.run(quick=args.quick, console=console, **extra)
     print_result(result, console)
     if args.json:

@@ -76,8 +76,19 @@ def run(args: argparse.Namespace) -> int:
             f"{format_bytes(r['used_bytes'])} ({r['used_bytes'] / max(cap, 1):.0%})",
             f"{r['items_cached']:,} / {r['items']:,}",
             format_bytes(r["file_bytes"]) if r["tier"] == "disk" else "-",
-            ", ".join(map(str, r["users_alive"]))
-            or ("none (kept for the next job)" if r["tier"] == "disk" else "none (stale)"),
+            ", ".join(map(str, r["users_alive"])) or _no_user(r),
         )
     console.print(table)
     return 0
+
+
+def _no_user(row: dict) -> str:
+    """The "users alive" cell of a tier no live process uses."""
+    if row["tier"] == "disk":
+        return "none (kept for the next job)"
+    until = row.get("kept_until", 0)
+    if until:
+        import time
+
+        return f"none (kept until {time.strftime('%H:%M:%S', time.localtime(until))})"
+    return "none (left by a dead job)"

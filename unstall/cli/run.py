@@ -49,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        exec_command(command, env)  # does not return
+        return exec_command(command, env)  # a Python program: does not return (exec)
     except FileNotFoundError as exc:
         print(exc, file=sys.stderr)
         return 127
-    return 0  # pragma: no cover

@@ -138,3 +138,12 @@ class Coordination:
 
 
 __all__ = ["Coordination", "GroupMismatch", "dataset_fingerprint", "group_dir"]
+
+
+def _register() -> None:
+    from unstall.loader import extensions
+
+    extensions.register("coordinate", Coordination)
+
+
+_register()

@@ -12,7 +12,7 @@ import torch.utils.data
 
 from unstall.data.keys import KeyTable
 from unstall.errors import EmptyDatasetError, SampleError
-from unstall.stores import Store, open_store
+from unstall.stores import LocalStore, Store, open_store
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
@@ -55,6 +55,8 @@ class FileDataset(torch.utils.data.Dataset):
                 )
         self.labels = labels
         self.transform = transform
+        self._versions: np.ndarray | None = None
+        self._versioned = False
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -68,6 +70,15 @@ class FileDataset(torch.utils.data.Dataset):
         digest = hashlib.blake2b(self.store.url.encode(), digest_size=16)
         digest.update(self.keys.fingerprint().encode())
         return digest.hexdigest()
+
+    def versions(self) -> np.ndarray | None:
+        """The version of each sample's object (int64; `Store.versions`), taken once, on the
+        first call (`Cache.bind` makes it): caches serve a sample only under this version.
+        None if the store cannot say."""
+        if not getattr(self, "_versioned", False):
+            self._versions = self.store.versions(self.keys)
+            self._versioned = True
+        return self._versions
 
     def fetch(self, indices: Sequence[int]) -> list[bytes]:
         """Raw bytes of each sample, from storage, in order."""
@@ -122,16 +133,12 @@ class ImageFolder(FileDataset):
         raw: bool = False,
     ):
         store = open_store(source)
-        keys = [k for k in _list_keys(store) if k.lower().endswith(IMAGE_EXTENSIONS)]
-        keys = [k for k in keys if "/" in k]
-        if not keys:
+        keys, labels, self.classes = _image_index(store)
+        if not len(keys):
             raise EmptyDatasetError(
                 f"no images found in {store.url!r}: expected <class>/<image> files with "
                 f"extensions {', '.join(IMAGE_EXTENSIONS)}"
             )
-        self.classes = sorted({k.split("/", 1)[0] for k in keys})
-        class_index = {name: i for i, name in enumerate(self.classes)}
-        labels = np.fromiter((class_index[k.split("/", 1)[0]] for k in keys), dtype=np.int64)
         if transform is None and not raw:
             from unstall.pipeline import ImagePipeline
 
@@ -139,6 +146,17 @@ class ImageFolder(FileDataset):
         super().__init__(store, keys, labels=labels, transform=None if raw else transform)
 
 
-def _list_keys(store: Store) -> list[str]:
+def _image_index(store: Store) -> tuple[KeyTable | list[str], np.ndarray, list[str]]:
+    """``(keys, labels, classes)`` of ``<class>/<image>`` keys: a local folder's from its saved
+    index (`unstall.data.folder_index`), other stores' from their (cached) listing."""
+    if isinstance(store, LocalStore):
+        from unstall.data.folder_index import folder_index
+
+        return folder_index(store.root, IMAGE_EXTENSIONS)
     lister = getattr(store, "list_cached", None)
-    return lister() if lister is not None else store.list()
+    listed = lister() if lister is not None else store.list()
+    keys = [k for k in listed if k.lower().endswith(IMAGE_EXTENSIONS) and "/" in k]
+    classes = sorted({k.split("/", 1)[0] for k in keys})
+    class_index = {name: i for i, name in enumerate(classes)}
+    labels = np.fromiter((class_index[k.split("/", 1)[0]] for k in keys), dtype=np.int64)
+    return keys, labels, classes

@@ -17,11 +17,29 @@ class KeyTable(Sequence[str]):
     """An immutable sequence of keys stored as one UTF-8 blob and int64 offsets."""
 
     def __init__(self, keys: Iterable[str]):
-        encoded = [k.encode("utf-8") for k in keys]
-        self._blob = b"".join(encoded)
-        lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
-        self._offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        keys = keys if isinstance(keys, list | tuple) else list(keys)
+        blob = "".join(keys).encode("utf-8")
+        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+        if len(blob) != int(lengths.sum()):  # not all ASCII: lengths in bytes, key by key
+            encoded = [k.encode("utf-8") for k in keys]
+            lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(keys))
+        self._blob = blob
+        self._offsets = np.zeros(len(keys) + 1, dtype=np.int64)
         np.cumsum(lengths, out=self._offsets[1:])
+
+    @classmethod
+    def from_arrays(cls, blob: bytes, offsets: np.ndarray) -> KeyTable:
+        """A table from `arrays` (e.g. loaded from a file): no Python string is made."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if offsets.ndim != 1 or not len(offsets) or offsets[0] != 0 or offsets[-1] != len(blob):
+            raise ValueError(f"offsets do not describe a blob of {len(blob)} bytes")
+        table = cls.__new__(cls)
+        table._blob, table._offsets = blob, offsets
+        return table
+
+    def arrays(self) -> tuple[bytes, np.ndarray]:
+        """``(blob, offsets)``: the UTF-8 keys back to back and where each starts (n + 1)."""
+        return self._blob, self._offsets
 
     def __len__(self) -> int:
         return len(self._offsets) - 1

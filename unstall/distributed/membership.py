@@ -1,6 +1,7 @@
 """Who is in the job, from torchrun's environment and torch.distributed's key-value store.
 
-Each node's local rank 0 publishes its peer server's ``host:port``; the job token
+Each node's local rank 0 publishes its peer server's ``host:port``, with its TLS
+certificate and the certificate's SHA-256 (none for plain HTTP); the job token
 is made once by rank 0 (or read from ``$UNSTALL_PEER_TOKEN``) and shared the same
 way. The store is the process group's when one is initialized, else a `TCPStore`
 on ``MASTER_ADDR`` at ``$UNSTALL_PEER_STORE_PORT`` (default ``MASTER_PORT + 1``).
@@ -8,12 +9,15 @@ on ``MASTER_ADDR`` at ``$UNSTALL_PEER_STORE_PORT`` (default ``MASTER_PORT + 1``)
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+from unstall.distributed import tls
 
 #: Keys of this module in the job's store live under this prefix.
 PREFIX = "unstall/peers/"
@@ -119,10 +123,22 @@ def job_token(store: Any, env: NodeEnv) -> str:
     return store.get("token").decode()
 
 
-def publish(store: Any, node: int, address: str) -> None:
-    store.set(f"node/{node}", address)
+def publish(store: Any, node: int, address: str, cert_pem: str | None) -> None:
+    """Publish this node's server: address, certificate and fingerprint in one key (atomic)."""
+    sha256 = None if cert_pem is None else tls.fingerprint(cert_pem)
+    entry = {"address": address, "certificate": cert_pem, "sha256": sha256}
+    store.set(f"node/{node}", json.dumps(entry))
 
 
-def addresses(store: Any, nodes: int) -> dict[int, str]:
-    """Every node's ``host:port`` (waits, up to the store's timeout, for the late ones)."""
-    return {k: store.get(f"node/{k}").decode() for k in range(nodes)}
+def members(store: Any, nodes: int) -> tuple[dict[int, str], dict[int, str | None]]:
+    """Every node's ``host:port`` and certificate (None: plain HTTP), each certificate
+    checked against its published fingerprint (waits, up to the store's timeout, for the
+    late nodes)."""
+    addresses: dict[int, str] = {}
+    certificates: dict[int, str | None] = {}
+    for k in range(nodes):
+        entry = json.loads(store.get(f"node/{k}"))
+        addresses[k] = entry["address"]
+        cert = entry["certificate"]
+        certificates[k] = None if cert is None else tls.check_pinned(k, cert, entry["sha256"])
+    return addresses, certificates

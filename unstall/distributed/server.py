@@ -6,7 +6,10 @@ Every request must carry ``Authorization: Bearer <job token>`` (compared in
 constant time); anything else gets 401 and an empty body. An item the node owns
 but has not cached yet is fetched from storage, cached, then served, so each
 item is read from storage once for the whole cluster. The ``ETag`` is the
-item's size: the client checks the body's length against it.
+item's size and the version of its source (`unstall.cache.layer.item_versions`):
+the client checks the body's length, and drops an item of another version than it
+expects (its own listing's): it reads that one from storage. With a certificate
+(the default, see `tls`) it speaks TLS 1.3 only: a plain-HTTP request gets no answer.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import pickle
 import threading
 from typing import Any
 
+from unstall.cache.layer import versions_of
 from unstall.distributed.client import etag_of
+from unstall.distributed.tls import NodeCertificate, server_context
 
 #: Threads that read the cache (and storage, on an owner's miss) for requests.
 READ_THREADS = 8
@@ -26,10 +31,14 @@ _LAST_MODIFIED = "Thu, 01 Jan 2026 00:00:00 GMT"
 
 
 class PeerServer:
-    """An aiohttp server on ``host`` (port 0: any free one) in a daemon thread."""
+    """An aiohttp server on ``host`` (port 0: any free one) in a daemon thread; HTTPS with
+    ``certificate``, else plain HTTP."""
 
-    def __init__(self, host: str, token: str, port: int = 0):
+    def __init__(
+        self, host: str, token: str, port: int = 0, certificate: NodeCertificate | None = None
+    ):
         self.host, self.port = host, port
+        self.certificate = certificate
         self._token = ("Bearer " + token).encode()
         self._datasets: dict[str, tuple[Any, Any, Any]] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(READ_THREADS, "unstall-peer-read")
@@ -74,7 +83,8 @@ class PeerServer:
         app.router.add_get("/v1/{fp}/{index}", self._get, allow_head=False)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, backlog=256)
+        ssl = None if self.certificate is None else server_context(self.certificate)
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=256, ssl_context=ssl)
         await site.start()
         self.port = self._runner.addresses[0][1]
 
@@ -94,12 +104,20 @@ class PeerServer:
         layer, ram, dataset = entry
         cache = ram._attached() if ram is not None else None  # mapped at register: a memcpy
         noevict = cache is not None and cache.layout.policy == "noevict"
-        raw = cache.get_many([index])[0] if noevict else None
+        versions = versions_of(dataset, [index])
+        raw = None
+        if noevict:  # an item cached under another version than the dataset's is a miss
+            got = cache.get_many([index]) if versions is None else cache.get_many([index], versions)
+            raw = got[0]
         if raw is None:  # not in RAM: disk tier or storage (then cached), off the event loop
             raw = await self._loop.run_in_executor(self._pool, _read, layer, dataset, index)
         self.served += 1
         return web.Response(
-            body=raw, headers={"ETag": etag_of(raw), "Last-Modified": _LAST_MODIFIED}
+            body=raw,
+            headers={
+                "ETag": etag_of(raw, None if versions is None else int(versions[0])),
+                "Last-Modified": _LAST_MODIFIED,
+            },
         )
 
     def stop(self) -> None:

@@ -1,22 +1,29 @@
-"""GPU preparation: batched JPEG decode on the device, then crop/flip/normalize in a few kernels.
+"""GPU preparation: a GPU stage that decodes and augments whole batches, beside the CPU workers.
 
-Used by ``unstall.DataLoader(..., device="cuda", prep="gpu")``; the batched
-augmentation also runs on CPU tensors (tests, comparisons). GPU libraries are
-optional (``pip install 'unstall[gpu]'``) and imported only when used.
+Used by ``unstall.DataLoader(..., device="cuda", prep="auto"|"gpu"|"hybrid")``: workers
+fetch bytes and draw each sample's crop and flip (`split`); the GPU stage's engine
+(`engine`: DALI, or a batch decoder + `crop_flip_normalize`) prepares its share of every
+batch, the workers the rest, the share following both sides' measured rates
+(`controller`, `hybrid`). GPU libraries are optional (``pip install 'unstall[dali]'``
+or ``'unstall[gpu]'``) and imported only when used; everything also runs on the CPU.
 """
 
 from unstall.gpu.augment import crop_flip_normalize, pad_batch, reference_crop_flip_normalize
 from unstall.gpu.decode import GpuDecoder, cpu_decoder, pick_decoder
+from unstall.gpu.engine import Engine, available_decoder, pick_engine
 from unstall.gpu.prep import EncodedView, GpuPrep, collate_encoded
 
 __all__ = [
     "EncodedView",
+    "Engine",
     "GpuDecoder",
     "GpuPrep",
+    "available_decoder",
     "collate_encoded",
     "cpu_decoder",
     "crop_flip_normalize",
     "pad_batch",
     "pick_decoder",
+    "pick_engine",
     "reference_crop_flip_normalize",
 ]

@@ -1,28 +1,36 @@
-"""What each process of an ``unstall run`` does at start: swap the loader once torch loads.
+"""What each process of an ``unstall run`` does at start: swap the loader once it is named.
 
 Importing torch at start would cost every Python process of the run (shell helpers,
 compilers) a second or more, so an import hook waits for the program's own
-``import torch`` and swaps ``torch.utils.data.DataLoader`` right after it.
+``import torch``. Even then, loading unstall's loader (numpy, its machinery) would
+cost a process that imports torch but makes no DataLoader a tenth of a second, so
+the hook only makes ``torch.utils.data.DataLoader`` a name resolved on first use
+(a module ``__getattr__``): the first lookup (``from torch.utils.data import
+DataLoader`` included) does the swap and starts the report.
 """
 
 from __future__ import annotations
 
 import atexit
-import importlib.abc
-import importlib.util
 import os
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # typing and importlib.abc are left unimported: this runs in every process
+if TYPE_CHECKING:
+    from typing import Any
 
 _started = False
 
 
-class _AfterTorch(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; wraps torch's loader so `_torch_loaded` runs after it."""
+class _AfterTorch:
+    """A meta path finder that finds nothing itself; wraps torch's loader so
+    `_torch_loaded` runs after it."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name != "torch":
             return None
+        import importlib.util
+
         if self in sys.meta_path:
             sys.meta_path.remove(self)  # one shot; also keeps find_spec below from recursing
         spec = importlib.util.find_spec(name)
@@ -52,23 +60,83 @@ def start() -> None:
 
 
 def _torch_loaded() -> None:
+    """Defer the swap to the first lookup of ``torch.utils.data.DataLoader``."""
+    module = sys.modules.get("torch.utils.data")
+    if module is None or "DataLoader" not in vars(module):
+        _swap_now()
+        return
+    original = vars(module).pop("DataLoader")
+    previous = vars(module).get("__getattr__")
+
+    def __getattr__(name: str) -> Any:
+        if name == "DataLoader":
+            return _swap_now()
+        if previous is not None:
+            return previous(name)
+        raise AttributeError(f"module 'torch.utils.data' has no attribute {name!r}")
+
+    module.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    _deferred[:] = [module, original, previous]
+
+
+_deferred: list[Any] = []  # [torch.utils.data, torch's DataLoader, its own __getattr__]
+_swapping = False
+
+
+def _swap_now() -> Any:
+    """Undo the deferral, swap in unstall's DataLoader and start the report; returns the
+    class ``torch.utils.data.DataLoader`` now names."""
+    global _swapping
+    if _deferred:
+        module, original, previous = _deferred
+        _deferred.clear()
+        module.DataLoader = original
+        if previous is None:
+            vars(module).pop("__getattr__", None)
+        else:
+            module.__getattr__ = previous
+    if _swapping:  # looked up while unstall's loader is being imported: torch's own
+        return sys.modules["torch.utils.data"].DataLoader
+    _swapping = True
+    try:
+        _swap()
+    finally:
+        _swapping = False
+    return sys.modules["torch.utils.data"].DataLoader
+
+
+def _swap() -> None:
     from unstall.launch import report
     from unstall.loader.swap import patch_torch
 
     patch_torch()
     report.watch()
-    if os.environ.get("UNSTALL_ANALYZE_MODE"):  # a run of `unstall analyze -- ...` (issue 17)
-        from unstall.analysis.agent import install
+    run_boot_hooks()
 
-        install()
+
+#: ``module:function`` entries (comma-separated) each process calls once the loader is
+#: swapped in: how a layer above (``unstall analyze``'s agent) joins a run without the
+#: launcher importing it.
+BOOT_HOOKS = "UNSTALL_BOOT_HOOKS"
+
+
+def run_boot_hooks() -> None:
+    import importlib
+
+    for entry in filter(None, os.environ.get(BOOT_HOOKS, "").split(",")):
+        module, _, name = entry.strip().partition(":")
+        getattr(importlib.import_module(module), name or "install")()
 
 
 def _at_exit() -> None:
+    root = os.environ.get("UNSTALL_RUN_ROOT") == str(os.getpid())
+    if not root and "unstall.launch.report" not in sys.modules:
+        return  # made no loader, and prints no summary: nothing to do
     from unstall.launch import report
 
     try:
         report.write_own()
-        if os.environ.get("UNSTALL_RUN_ROOT") == str(os.getpid()):
+        if root:
             report.print_summary()
     except Exception as exc:  # a report must never change the program's exit
         print(f"unstall run: no report ({exc!r})", file=sys.stderr)

@@ -8,6 +8,7 @@ traceback are the program's own, with nothing in between to forward them.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -38,7 +39,12 @@ def run_env(
     if package_root.name not in ("site-packages", "dist-packages"):  # a source checkout
         paths.insert(1, str(package_root))  # so `import unstall` works from any directory
     env["PYTHONPATH"] = ":".join(dict.fromkeys(paths))
-    env["UNSTALL_RUN_DIR"] = tempfile.mkdtemp(prefix="unstall-run-")
+    # named, not made: the first process that writes a report makes it (so a command
+    # with no Python in it leaves nothing behind)
+    token = secrets.token_hex(4)
+    env["UNSTALL_RUN_DIR"] = os.path.join(
+        tempfile.gettempdir(), f"unstall-run-{os.getpid()}-{token}"
+    )
     env["UNSTALL_RUN_ROOT"] = str(os.getpid() if root_pid is None else root_pid)
     if json_path:
         env["UNSTALL_RUN_JSON"] = str(Path(json_path).resolve())
@@ -50,10 +56,58 @@ def run_env(
     return env
 
 
-def exec_command(command: Sequence[str], env: dict[str, str]) -> None:
-    """Become ``command`` (found on PATH); raises FileNotFoundError naming it if absent."""
+def exec_command(command: Sequence[str], env: dict[str, str]) -> int:
+    """Become ``command`` (found on PATH) when it is a Python program: it then reports and
+    prints the summary itself. Any other command (a shell script that starts Python, ``env``)
+    runs as a child instead, and this process prints the summary once it exits (so a run
+    leaves nothing behind either way); returns its exit status. Raises FileNotFoundError
+    naming the command if it is absent."""
     program = shutil.which(command[0], path=env.get("PATH")) or command[0]
     if not os.path.exists(program):
-        shutil.rmtree(env["UNSTALL_RUN_DIR"], ignore_errors=True)
         raise FileNotFoundError(f"unstall run: command not found: {command[0]!r}")
-    os.execve(program, list(command), env)
+    if is_python(program):
+        os.execve(program, list(command), env)
+    return _run_child(program, command, {**env, "UNSTALL_RUN_ROOT": str(os.getpid())})
+
+
+def is_python(program: str) -> bool:
+    """Whether ``program`` is a Python interpreter or a script run by one (torchrun too)."""
+    names = {os.path.basename(program), os.path.basename(os.path.realpath(program))}
+    if any(n.startswith(("python", "pypy")) for n in names):
+        return True
+    try:
+        with open(program, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def _run_child(program: str, command: Sequence[str], env: dict[str, str]) -> int:
+    """Run ``command`` as a child; forward SIGTERM and SIGHUP to it (Ctrl-C reaches it from
+    the terminal itself), then print the summary and exit as it did."""
+    import signal
+    import subprocess
+
+    from unstall.launch import report
+
+    proc = subprocess.Popen([program, *command[1:]], env=env)
+
+    def forward(signum: int, frame: object) -> None:
+        proc.send_signal(signum)
+
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code = proc.wait()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    os.environ.update({k: env[k] for k in ("UNSTALL_RUN_DIR", "UNSTALL_RUN_ROOT")})
+    if "UNSTALL_RUN_JSON" in env:
+        os.environ["UNSTALL_RUN_JSON"] = env["UNSTALL_RUN_JSON"]
+    report.print_summary()
+    if code < 0:  # killed by a signal: end the same way
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code

@@ -20,7 +20,7 @@ from unstall.loader.fetch import BatchTask, FetchLayer
 from unstall.loader.on_device import declared_batch_bytes, default_device_transform, plan_prep
 from unstall.loader.sampling import OrderSpec, PlanSampler, UserBatchSampler
 from unstall.loader.slot_handoff import SlotHandoff, SlotSampler
-from unstall.loader.swap import TorchDataLoader
+from unstall.loader.torch_class import TorchDataLoader
 
 
 @dataclass
@@ -81,22 +81,29 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
             f"device_transform={device_transform!r} needs a callable and a device: "
             "pass device='cuda' (or 'cpu') with it"
         )
-    prep, task_dataset, collate_fn, gpu_prep = plan_prep(a["prep"], dataset, device, collate_fn)
+    prep, task_dataset, collate_fn, gpu_prep = plan_prep(
+        a["prep"], dataset, device, collate_fn, batch_size=batch_size, num_workers=num_workers
+    )
+    if callable(getattr(gpu_prep, "close", None)):
+        weakref.finalize(owner, gpu_prep.close)  # e.g. DALI's threads and device buffers
     pin_memory = a["pin_memory"]
     zero_copy = check_zero_copy(a["zero_copy"], num_workers, pin_memory and device is None)
     zero_copy = zero_copy and not unbatched
     coordination = None
     if a.get("coordinate"):  # issue 18: published batches are mapped, not sent through slots
-        from unstall.coordination import Coordination
+        from unstall.loader import extensions
 
-        coordination = Coordination(a["coordinate"], dataset, order, prep)
+        coordination = extensions.get("coordinate")(a["coordinate"], dataset, order, prep)
         weakref.finalize(owner, coordination.close)
         zero_copy = False
     if device is not None or zero_copy:
         pin_memory = False  # the device stage pins (slots are page-locked once)
-    from unstall.cache.tiers import bind_cache  # None: a disk tier for remote data; False: none
+    fetch_layer: FetchLayer | None = None
+    if a["cache"] is not None or callable(getattr(dataset, "fetch", None)):
+        # None: a disk tier for remote data; False: none (a plain dataset loads no cache code)
+        from unstall.cache.tiers import bind_cache
 
-    fetch_layer: FetchLayer | None = bind_cache(a["cache"], dataset)
+        fetch_layer = bind_cache(a["cache"], dataset)
     sources: list[Callable[[], dict[str, Any]]] = []
     for part in (fetch_layer, getattr(dataset, "store", None)):
         if part is not None and callable(getattr(part, "stats", None)):

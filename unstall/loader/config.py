@@ -20,6 +20,7 @@ _SETTABLE = (
     "device",
     "seed",
     "cache",
+    "coordinate",
 )
 
 

@@ -11,6 +11,7 @@ run on that torch loader itself, with the training loop's waits timed.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -27,7 +28,7 @@ from unstall.loader.on_device import iterate_on_device
 from unstall.loader.options import resolve_seed, resolve_world
 from unstall.loader.sampling import OrderView, worker_base_seed
 from unstall.loader.stats import LoaderStats
-from unstall.loader.swap import TorchDataLoader
+from unstall.loader.torch_class import TorchDataLoader
 from unstall.loader.worker_death import release_stuck_locks
 
 STATE_VERSION = resume.STATE_VERSION
@@ -72,9 +73,13 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             ahead, so the copy overlaps the training step.
         device_transform: a callable applied to each batch on ``device``. Default:
             `NormalizeImages` when the dataset uses ``ImagePipeline(output="uint8")``.
-        prep: ``"cpu"`` (workers decode and augment) or ``"gpu"`` (workers only fetch;
-            decode, crop, flip and normalize run batched on the GPU). Default: ``"gpu"``
-            when ``device`` is a GPU and the dataset uses the standard `ImagePipeline`.
+        prep: ``"cpu"`` (workers decode and augment), ``"gpu"`` (workers fetch and draw
+            crops; a GPU stage, DALI where installed, decodes, crops, flips and
+            normalizes whole batches), ``"hybrid"`` (both on every batch, the CPU share
+            following both sides' measured rates) or ``"auto"`` (measures, then settles
+            on one of the three; ``stats()["prep_plan"]`` says which and why). Default:
+            ``"auto"`` when ``device`` is a GPU, the dataset uses the standard
+            `ImagePipeline` and a GPU decoder is importable, else ``"cpu"``.
         zero_copy: workers write batches into shared-memory slots the main process
             wraps without copying (default: on with workers, off with ``pin_memory``
             and no ``device``, so torch pins as before).
@@ -137,6 +142,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._resume: dict[str, Any] | None = None  # a loaded torch-order epoch's draws
         self._base_seed: int | None = None  # the running iterator's worker base seed
         self._tail_pending = False  # a loaded state's previous epoch still owes its tail draw
+        self._current: weakref.ref[Any] | None = None  # the last iter(): replaced by the next
         self._passthrough = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
             dataset, "__len__"
         )
@@ -227,8 +233,24 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         return len(self._sampler.batch_sampler)  # type: ignore[union-attr,arg-type]
 
     def __iter__(self) -> Any:  # an iterator with a length, like torch's
+        if hooks.observed():  # e.g. `unstall analyze`'s synthetic run
+            override = hooks.iterate_override(self)
+            if override is not None:
+                return override
+        previous = self._current() if self._current is not None else None
+        if previous is not None:  # replaced: its epoch ends here (it may still be used on)
+            previous.end_epoch()
+        it = self._new_iterator()
+        self._current = weakref.ref(it)
+        return it
+
+    def _new_iterator(self) -> Any:
         if self._passthrough:
-            return PassthroughIterator(self, _start(self._inner), self._stats)
+            try:  # an iterable dataset with __len__ has a length (torch's estimate)
+                length: int | None = len(self._inner)
+            except TypeError:
+                length = None
+            return PassthroughIterator(self, _start(self._inner), self._stats, length)
         self._order()
         epoch, start = self._next_epoch, self._pending_start
         self._next_epoch, self._pending_start = epoch + 1, 0
@@ -261,7 +283,6 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             torch_iter = self._coordination.receive(torch_iter, epoch, start)
         end = lambda: stats.close_epoch(position[0], self._source_stats())  # noqa: E731
         if self.device is not None:
-            stats.begin()
             stage = DeviceStage(
                 self.device, self._device_transform, prep=self._gpu_prep, timed=stats.add_stage
             )
@@ -273,9 +294,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
                 handoff=self._handoff,
                 unpack_inline=self._unpack,
                 main_cpu=self._main_cpu,
-                on_epoch_end=end,
             )
-            return SizedIterator(self, gen, length, stats)
+            return SizedIterator(self, gen, stats, length, end)
         return EpochIterator(
             self,
             torch_iter,
@@ -327,6 +347,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             cpu_s += self._stats.stage_cpu_s
         out["main_cpu_s"] = round(cpu_s, 6)
         out["main_cpu_ms_per_batch"] = round(1e3 * cpu_s / batches, 4) if batches else 0.0
+        plan = getattr(self._gpu_prep, "stats", None)
+        out["prep_plan"] = plan() if callable(plan) else {"mode": self.prep}
         if self._handoff is not None:
             out["zero_copy"] = self._handoff.stats()
         out["epoch"] = self._position[0] if self._position else self._next_epoch

@@ -18,6 +18,7 @@ from unstall.errors import SampleError, UnstallError
 from unstall.loader.failures import add_note, describe, failure_from, mark_task_error
 from unstall.loader.handoff import pack
 from unstall.loader.sampling import Planned
+from unstall.loader.schedclock import runq_s
 from unstall.loader.slot_writer import SlotWriter
 from unstall.loader.slots import SlotRef
 from unstall.pipeline.batch_seed import batch_rng
@@ -55,20 +56,23 @@ class FetchLayer(Protocol):
 class Timing(tuple):
     """A task's ``(fetch_s, prep_s)``, plus ``span`` for the analyzer's timeline (issue 17).
 
-    ``span``: ``(worker id, start, fetch end, end, prepare CPU seconds, samples)``, times
-    from `time.perf_counter` (one monotonic clock shared by the processes); the CPU
-    seconds are the worker thread's while preparing (while loading, for a dataset that
-    does not separate fetching from preparing). Unpacks as the plain 2-tuple it was.
+    ``span``: ``(worker id, start, fetch end, end, prepare CPU seconds, samples, run-queue
+    seconds)``, times from `time.perf_counter` (one monotonic clock shared by the
+    processes); the CPU seconds are the worker thread's while preparing (while loading,
+    for a dataset that does not separate fetching from preparing); the run-queue seconds
+    are the task's whole time runnable but waiting for a core (`schedclock`). Unpacks as
+    the plain 2-tuple it was.
     """
 
-    span: tuple[int, float, float, float, float, int]
+    span: tuple[int, float, float, float, float, int, float]
 
     @staticmethod
-    def of(t0: float, t1: float, c0: float, n: int) -> Timing:
+    def of(t0: float, t1: float, c0: float, n: int, q0: float = -1.0) -> Timing:
         t2, cpu = time.perf_counter(), time.thread_time() - c0
+        runq = max(0.0, runq_s() - q0) if q0 >= 0 else 0.0
         info = torch.utils.data.get_worker_info()
         timing = Timing((t1 - t0, t2 - t1))
-        timing.span = (-1 if info is None else info.id, t0, t1, t2, cpu, n)
+        timing.span = (-1 if info is None else info.id, t0, t1, t2, cpu, n, runq)
         return timing
 
 
@@ -135,6 +139,7 @@ class BatchTask(torch.utils.data.Dataset):
                 return failure_from(error, note, index, key, ref), (0.0, 0.0)
 
     def _run(self, indices: list[int], ref: Any) -> tuple[Any, tuple[float, float]]:
+        q0 = runq_s()
         t0, c0 = time.perf_counter(), time.thread_time()
         if self.split:
             if type(indices) is Planned and indices.ahead is not None:
@@ -152,7 +157,7 @@ class BatchTask(torch.utils.data.Dataset):
             self._step = "loading"
             samples = self._load_plain(indices)
         self._step = "collating"
-        return self._collate(samples, ref), Timing.of(t0, t1, c0, len(indices))
+        return self._collate(samples, ref), Timing.of(t0, t1, c0, len(indices), q0)
 
     def _collate(self, samples: list[Any], ref: Any) -> Any:
         """The batch: into a zero-copy slot, into a `CollateTarget`, or the ordinary way."""

@@ -1,38 +1,55 @@
 """Observers of every unstall loader in the process: how `unstall run` and `analyze` watch.
 
 Library code calls `notify_*` at a loader's construction, after each batch it hands
-out, and at the end of each iteration; with no observer registered each call is a
-single truth test. Observers must be quick and must not raise.
+out, and when an iterator's epoch ends (exhausted, dropped, or replaced by the next
+``iter()``); with no observer registered each call is a single truth test.
+Observers must be quick and must not raise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 
 class Observer(Protocol):
-    """What `unstall run` (and the analyzer) learn of each loader."""
+    """What `unstall run` (and the analyzer) learn of each loader.
+
+    ``batch`` gets ``samples``, the number of samples in the batch counted from the
+    batch itself (its first tensor's leading dimension, or its length), when it
+    declares a ``samples`` parameter (or ``**kwargs``); observers written before it
+    keep their two-argument ``batch(loader, wait_s)``.
+    """
 
     def created(self, loader: Any) -> None: ...
 
-    def batch(self, loader: Any, wait_s: float) -> None: ...
+    def batch(self, loader: Any, wait_s: float, samples: int | None = None) -> None: ...
 
     def finished(self, loader: Any) -> None: ...
 
 
-_observers: list[Observer] = []
+_observers: list[tuple[Observer, bool]] = []  # (observer, whether its batch() takes samples)
 
 
 def add_observer(observer: Observer) -> Callable[[], None]:
     """Register ``observer`` for every loader made from now on; returns its removal."""
-    _observers.append(observer)
+    entry = (observer, _takes_samples(observer))
+    _observers.append(entry)
 
     def remove() -> None:
-        if observer in _observers:
-            _observers.remove(observer)
+        if entry in _observers:
+            _observers.remove(entry)
 
     return remove
+
+
+def _takes_samples(observer: Observer) -> bool:
+    try:
+        params = inspect.signature(observer.batch).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "samples" or p.kind is p.VAR_KEYWORD for p in params)
 
 
 def observed() -> bool:
@@ -40,15 +57,33 @@ def observed() -> bool:
 
 
 def notify_created(loader: Any) -> None:
-    for observer in _observers:
+    for observer, _ in _observers:
         observer.created(loader)
 
 
-def notify_batch(loader: Any, wait_s: float) -> None:
-    for observer in _observers:
-        observer.batch(loader, wait_s)
+def notify_batch(loader: Any, wait_s: float, samples: int | None = None) -> None:
+    """One batch of ``samples`` samples handed out after ``wait_s`` seconds in ``__next__``."""
+    for observer, takes_samples in _observers:
+        if takes_samples:
+            observer.batch(loader, wait_s, samples=samples)
+        else:
+            observer.batch(loader, wait_s)
+
+
+def iterate_override(loader: Any) -> Iterator[Any] | None:
+    """An observer's own iteration for ``loader`` (the analyzer's synthetic run), else None.
+
+    Observers may define ``iterate(loader)``; the first one that returns an iterator wins.
+    """
+    for observer, _ in _observers:
+        iterate = getattr(observer, "iterate", None)
+        if iterate is not None:
+            out = iterate(loader)
+            if out is not None:
+                return out
+    return None
 
 
 def notify_finished(loader: Any) -> None:
-    for observer in _observers:
+    for observer, _ in _observers:
         observer.finished(loader)

@@ -3,12 +3,18 @@
 Like torch's iterator, it has a length, and an error raised by the dataset for
 one batch leaves the rest of the epoch loadable: the iterator is an object, not
 a generator that would end at the first exception.
+
+Statistics are per iterator: each has its own clock, and its epoch ends when it
+is exhausted, dropped, or replaced by the loader's next ``iter()``. An epoch
+whose every batch was handed out counts as completed even if the loop never
+asked for more (Lightning stops after ``len(loader)`` batches).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,16 +25,47 @@ from unstall.loader.slot_handoff import SlotHandoff
 from unstall.loader.stats import LoaderStats, batch_size_of
 from unstall.loader.worker_death import release_stuck_locks
 
+#: Iterators not yet garbage: `end_open_epochs` ends theirs at exit.
+_open: weakref.WeakSet[_Timed] = weakref.WeakSet()
+
+
+def end_open_epochs() -> None:
+    """End the epoch of every iterator still alive (at exit: a framework may keep its last
+    epoch's iterator to the end, e.g. one stopped after ``len(loader)`` batches)."""
+    for it in list(_open):
+        it.end_epoch()
+
 
 class _Timed:
-    """What both iterators share: the epoch's clock, its end, and observers told of it."""
+    """What the iterators share: the epoch's clock, its end, and observers told of both.
 
-    def __init__(self, loader: Any, torch_iter: Any, stats: LoaderStats):
+    Args:
+        loader: the `DataLoader` (named to observers only).
+        torch_iter: the inner iterator.
+        stats: the loader's `LoaderStats`.
+        length: batches in this epoch (None: unknown; only exhaustion completes it).
+        on_epoch_end: called once when the epoch completes (records its figures).
+    """
+
+    def __init__(
+        self,
+        loader: Any,
+        torch_iter: Any,
+        stats: LoaderStats,
+        length: int | None,
+        on_epoch_end: Callable[[], None],
+    ):
         self._loader = loader
         self._torch_iter = torch_iter
         self._stats = stats
-        self._done = False
-        stats.begin()
+        self._length = length
+        self._on_epoch_end = on_epoch_end
+        self._handed = 0
+        self._done = False  # exhausted or failed: no more batches
+        self._counted = False  # the epoch was counted as completed
+        self._broken = False  # failed (e.g. a worker died): the epoch never completes
+        self._clock = stats.clock()
+        _open.add(self)
 
     def __iter__(self) -> Any:
         return self
@@ -40,16 +77,43 @@ class _Timed:
             raise AttributeError(name)
         return getattr(inner, name)
 
-    def _finish(self) -> None:
-        if not self._done:
-            self._done = True
-            self._stats.end()
-            if hooks.observed():
-                hooks.notify_finished(self._loader)
+    def _handed_out(self, now: float, wait: float, batch: Any) -> None:
+        """Book one batch handed out at ``now`` after ``wait`` seconds in ``__next__``."""
+        stats = self._stats
+        samples = batch_size_of(batch)
+        stats.wait.add(wait)
+        stats.samples += samples
+        self._handed += 1
+        self._clock.mark(now, full=self._length is not None and self._handed >= self._length)
+        if hooks.observed():
+            hooks.notify_batch(self._loader, wait, samples)
 
-    def __del__(self) -> None:  # a loop left early: stop the clock
+    def end_epoch(self, *, exhausted: bool = False, failed: bool = False) -> None:
+        """End this iterator's epoch: exhausted, or dropped / replaced (then it is
+        complete if every batch was handed out). Safe to call again."""
+        changed = not self._clock.closed
+        self._clock.close(time.perf_counter() if exhausted else None)
+        length = self._length
+        complete = exhausted or (length is not None and 0 < length <= self._handed)
+        self._broken = self._broken or failed
+        if complete and not self._broken and not self._counted:
+            self._counted = changed = True
+            self._stats.epochs_completed += 1
+            self._on_epoch_end()
+        if changed and hooks.observed():
+            hooks.notify_finished(self._loader)
+
+    def _exhausted(self) -> None:
+        self._done = True
+        self.end_epoch(exhausted=True)
+
+    def _failed(self) -> None:
+        self._done = True
+        self.end_epoch(failed=True)
+
+    def __del__(self) -> None:  # dropped (a loop left early, or a framework's epoch)
         with contextlib.suppress(Exception):  # interpreter shutdown
-            self._finish()
+            self.end_epoch()
 
 
 class EpochIterator(_Timed):
@@ -75,18 +139,16 @@ class EpochIterator(_Timed):
         main_cpu: list[Any],
         on_epoch_end: Callable[[], None],
     ):
-        super().__init__(loader, torch_iter, stats)
-        self._length = length
+        super().__init__(loader, torch_iter, stats, length, on_epoch_end)
         self._position = position
         if handoff is not None and handoff.size == 0:
             handoff = None  # slots not worth it for these batches: inline unpacking only
         self._handoff = handoff
         self._unpack = unpack_inline
         self._cpu = main_cpu
-        self._on_epoch_end = on_epoch_end
 
     def __len__(self) -> int:
-        return self._length
+        return self._length or 0
 
     def __next__(self) -> Any:
         if self._done:
@@ -98,9 +160,7 @@ class EpochIterator(_Timed):
         try:
             batch, timing = next(self._torch_iter)
         except StopIteration:
-            stats.epochs_completed += 1
-            self._finish()
-            self._on_epoch_end()
+            self._exhausted()
             raise
         except BaseException as exc:
             if is_task_error(exc):  # the dataset's error for one batch: the epoch goes on
@@ -108,62 +168,62 @@ class EpochIterator(_Timed):
             release_stuck_locks(exc)  # e.g. a worker died: see worker_death.py
             if handoff is not None:
                 handoff.retire()  # e.g. a worker died: its slots may never come back
-            self._finish()
+            self._failed()
             raise
         raise_if_failed(batch, handoff)  # the dataset's error; the epoch goes on after it
         if handoff is not None:
             batch = handoff.receive(batch)
         elif self._unpack:
             batch = unpack(batch)
-        wait = time.perf_counter() - t0
-        stats.wait.add(wait)
+        now = time.perf_counter()
+        wait = now - t0
         stats.add_task(timing, t0, wait)  # fetch and prep seconds (and the timeline's span)
-        stats.samples += batch_size_of(batch)
         self._position[1] += 1
         self._cpu[0] += time.thread_time() - c0
         self._cpu[1] += 1
-        if hooks.observed():
-            hooks.notify_batch(self._loader, wait)
+        self._handed_out(now, wait, batch)
         return batch
 
 
-class SizedIterator:
-    """A generator (the device path's one-ahead loop) given the epoch's length."""
-
-    def __init__(self, loader: Any, gen: Iterator[Any], length: int, stats: LoaderStats):
-        self._loader = loader
-        self._gen = gen
-        self._length = length
-        self._stats = stats
-
-    def __iter__(self) -> SizedIterator:
-        return self
-
-    def __next__(self) -> Any:
-        try:
-            out = next(self._gen)
-        except StopIteration:
-            if hooks.observed():
-                hooks.notify_finished(self._loader)
-            raise
-        except BaseException as exc:
-            release_stuck_locks(exc)  # e.g. a worker died: see worker_death.py
-            raise
-        if hooks.observed():
-            hooks.notify_batch(self._loader, self._stats.wait.last)
-        return out
+class SizedIterator(_Timed):
+    """A generator (the device path's one-ahead loop) given the epoch's length and clock."""
 
     def __len__(self) -> int:
-        return self._length
+        return self._length or 0
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        t0 = time.perf_counter()
+        try:
+            out = next(self._torch_iter)
+        except StopIteration:
+            self._exhausted()
+            raise
+        except BaseException as exc:  # a generator ends at its first error: so does the epoch
+            release_stuck_locks(exc)  # e.g. a worker died: see worker_death.py
+            self._failed()
+            raise
+        now = time.perf_counter()
+        self._handed_out(now, now - t0, out)
+        return out
 
     def close(self) -> None:
-        close = getattr(self._gen, "close", None)
+        """Stop the device loop now (its stage and slots are released)."""
+        close = getattr(self._torch_iter, "close", None)
         if close is not None:
             close()
+        self.end_epoch()
 
 
 class PassthroughIterator(_Timed):
     """torch's own iterator (iterable datasets), with the training loop's waits timed."""
+
+    def __init__(self, loader: Any, torch_iter: Any, stats: LoaderStats, length: int | None):
+        super().__init__(loader, torch_iter, stats, length, self._record_epoch)
+
+    def _record_epoch(self) -> None:
+        self._stats.close_epoch(self._stats.epochs_completed - 1, {})
 
     def __len__(self) -> int:
         return len(self._torch_iter)
@@ -171,22 +231,16 @@ class PassthroughIterator(_Timed):
     def __next__(self) -> Any:
         if self._done:
             raise StopIteration
-        stats = self._stats
         t0 = time.perf_counter()
         try:
             batch = next(self._torch_iter)
         except StopIteration:
-            stats.epochs_completed += 1
-            self._finish()
-            stats.close_epoch(stats.epochs_completed - 1, {})
+            self._exhausted()
             raise
         except BaseException as exc:
             release_stuck_locks(exc)  # e.g. a worker died: see worker_death.py
-            self._finish()
+            self._failed()
             raise
-        wait = time.perf_counter() - t0
-        stats.wait.add(wait)
-        stats.samples += batch_size_of(batch)
-        if hooks.observed():
-            hooks.notify_batch(self._loader, wait)
+        now = time.perf_counter()
+        self._handed_out(now, now - t0, batch)
         return batch

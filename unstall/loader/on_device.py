@@ -1,7 +1,7 @@
 """The loader's device path: which preparation runs where, and the one-ahead device loop.
 
-`plan_prep` decides ``prep`` (CPU workers or batched on the GPU) once, at
-construction; `iterate_on_device` is the iteration used when the loader has a
+`plan_prep` decides ``prep`` (CPU workers, a GPU stage, or both on every batch)
+once, at construction; `iterate_on_device` is the iteration used when the loader has a
 ``device``: host batches come from torch's workers (slots when zero-copy), go
 to a `DeviceStage` one batch ahead, and are handed out ready on the device.
 """
@@ -9,6 +9,7 @@ to a `DeviceStage` one batch ahead, and are handed out ready on the device.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,17 +21,19 @@ from unstall.loader.device import DeviceStage
 from unstall.loader.failures import raise_if_failed
 from unstall.loader.handoff import unpack
 from unstall.loader.slot_handoff import SlotHandoff
-from unstall.loader.stats import LoaderStats, batch_size_of
+from unstall.loader.stats import LoaderStats
 
 log = logging.getLogger("unstall")
 
-PREPS = ("cpu", "gpu")
+PREPS = ("auto", "cpu", "gpu", "hybrid")
 
 
 def standard_pipeline(dataset: Any) -> Any:
     """The dataset's `ImagePipeline` if it uses the standard one (so GPU prep can replace it)."""
-    from unstall.pipeline import ImagePipeline
-
+    transforms = sys.modules.get("unstall.pipeline.transforms")
+    if transforms is None:  # no ImagePipeline was ever made: nothing to load for it
+        return None
+    ImagePipeline = transforms.ImagePipeline
     transform = getattr(dataset, "transform", None)
     if type(transform) is ImagePipeline and callable(getattr(dataset, "fetch", None)):
         return transform
@@ -61,53 +64,87 @@ def plan_prep(
     dataset: Any,
     device: torch.device | None,
     collate_fn: Callable[[list[Any]], Any],
+    *,
+    batch_size: int | None = None,
+    num_workers: int = 0,
 ) -> tuple[str, Any, Callable[[list[Any]], Any], Any]:
-    """``(prep, dataset for the workers, collate_fn, GPU prep or None)``.
+    """``(prep, dataset for the workers, collate_fn, device-side prep or None)``.
 
-    GPU prep needs CUDA and a GPU decoder; without either it logs one line and
-    prepares on the CPU workers, as if ``prep="cpu"``.
+    ``"cpu"``: workers prepare everything. ``"gpu"``/``"hybrid"``/``"auto"``: workers
+    fetch bytes and draw crops, a GPU stage (`unstall.gpu.engine`) decodes and augments
+    its share of each batch, the workers prepare the rest lean (`unstall.gpu.split`):
+    none, a share that follows the measured rates, or whatever ``auto`` settles on.
+    ``None`` is ``"auto"`` on a CUDA device with the standard pipeline and a GPU decoder
+    importable, else ``"cpu"``; the choice is logged in one line. On ``device="cpu"``
+    (CI) an explicit ``"auto"``/``"gpu"``/``"hybrid"`` runs the same stage with a CPU
+    engine; ``"auto"`` without a device or the standard pipeline is ``"cpu"``.
     """
     if prep not in (None, *PREPS):
         raise ValueError(f"prep={prep!r} must be one of {PREPS} or None (choose by device)")
     pipeline = standard_pipeline(dataset)
     on_gpu = device is not None and device.type == "cuda"
-    if prep is None:
-        prep = "gpu" if on_gpu and pipeline is not None else "cpu"
+    if prep in (None, "auto"):
+        from unstall.gpu.engine import available_decoder
+
+        standard = pipeline is not None and collate_fn is torch.utils.data.default_collate
+        usable = standard and batch_size is not None and device is not None
+        if not usable or (prep is None and not on_gpu):
+            return "cpu", dataset, collate_fn, None
+        if on_gpu and available_decoder() is None:
+            log.info(
+                "prep='auto': no GPU JPEG decoder importable (pip install 'unstall[dali]'): "
+                "preparing on the CPU workers"
+            )
+            return "cpu", dataset, collate_fn, None
+        prep = "auto"
     if prep == "cpu":
         return "cpu", dataset, collate_fn, None
     if pipeline is None:
         raise ValueError(
-            f"prep='gpu' replaces the standard unstall.ImagePipeline, but dataset "
+            f"prep={prep!r} replaces the standard unstall.ImagePipeline, but dataset "
             f"{type(dataset).__name__} has transform={getattr(dataset, 'transform', None)!r}; "
             "use an ImageFolder/FileDataset with ImagePipeline, or prep='cpu'"
         )
     if collate_fn is not torch.utils.data.default_collate:
         raise ValueError(
-            f"prep='gpu' collates encoded images itself, so collate_fn={collate_fn!r} "
+            f"prep={prep!r} collates encoded images itself, so collate_fn={collate_fn!r} "
             "cannot be used with it; drop collate_fn or use prep='cpu'"
         )
-    if not torch.cuda.is_available():
-        log.warning("prep='gpu' needs CUDA, which is not available: preparing on the CPU workers")
-        return "cpu", dataset, collate_fn, None
-    if not on_gpu:
-        raise ValueError(f"prep='gpu' needs a GPU device; got device={device}: pass device='cuda'")
-    from unstall.gpu.decode import pick_decoder
+    if device is None:
+        raise ValueError(f"prep={prep!r} prepares on a device; pass device='cuda' (or 'cpu')")
+    if batch_size is None:
+        raise ValueError(f"prep={prep!r} prepares whole batches; pass batch_size (not None)")
+    return split_prep_parts(dataset, pipeline, device, prep, batch_size, num_workers)
+
+
+def split_prep_parts(
+    dataset: Any, pipeline: Any, device: torch.device, prep: str, batch_size: int, workers: int
+) -> tuple[str, Any, Any, Any]:
+    """`plan_prep`'s answer for a GPU stage: the workers' `SplitView`, its collate, `HybridPrep`."""
+    from unstall.gpu.controller import ShareController
+    from unstall.gpu.engine import pick_engine
+    from unstall.gpu.hybrid import HybridPrep
+    from unstall.gpu.split import SplitView, shared_rows
 
     why_not: list[str] = []
-    decoder = pick_decoder(why_not)
-    if decoder is None:
-        log.warning(
-            "prep='gpu' found no GPU JPEG decoder (pip install 'unstall[gpu]' for "
-            "nvImageCodec, or torchvision): preparing on the CPU workers (%s)",
-            "; ".join(why_not),
-        )
-        return "cpu", dataset, collate_fn, None
-    log.info("prep='gpu': decoding with %s on %s", decoder.name, device)
-    return gpu_prep_parts(dataset, pipeline, decoder)
+    engine = pick_engine(
+        pipeline, device, key_of=dataset.key, batch_size=batch_size, why_not=why_not
+    )
+    controller = ShareController(batch_size, workers, prep)
+    rows = shared_rows(controller.cpu_rows)
+    view = SplitView(dataset, pipeline, rows)
+    log.info(
+        "prep=%r: decoding with %s on %s%s",
+        prep,
+        engine.name,
+        device,
+        f" (not used: {'; '.join(why_not)})" if why_not else "",
+    )
+    return prep, view, view.collate, HybridPrep(pipeline, engine, controller, rows)
 
 
 def gpu_prep_parts(dataset: Any, pipeline: Any, decoder: Any) -> tuple[str, Any, Any, Any]:
-    """`plan_prep`'s answer for GPU prep with ``decoder`` (tests pass a CPU decoder)."""
+    """GPU prep with ``decoder`` and no CPU share, without the split (tests pass a CPU decoder)."""
     from unstall.gpu.prep import EncodedView, GpuPrep, collate_encoded
 
     prep_fn = GpuPrep(pipeline, decoder, key_of=dataset.key)
@@ -123,12 +160,12 @@ def iterate_on_device(
     handoff: SlotHandoff | None,
     unpack_inline: bool,
     main_cpu: list[Any],
-    on_epoch_end: Callable[[], None],
 ) -> Iterator[Any]:
     """Yield device batches, keeping one submitted ahead of the one handed out.
 
     Slots are freed at each request once nothing (the stage included) references
-    their host batches.
+    their host batches. The caller (`iterate.SizedIterator`) times the waits,
+    counts the samples and ends the epoch.
     """
     if handoff is not None and handoff.size == 0:
         handoff = None  # batches too small for slots: inline unpacking only
@@ -159,8 +196,6 @@ def iterate_on_device(
                 break
             out = stage.finish(pending)
             pending = handle
-            stats.wait.add(time.perf_counter() - t0)
-            stats.samples += batch_size_of(out)
             position[1] += 1
             main_cpu[0] += time.thread_time() - c0
             main_cpu[1] += 1
@@ -168,12 +203,9 @@ def iterate_on_device(
             t0, c0 = time.perf_counter(), time.thread_time()
             if pending is None:
                 break
-        stats.epochs_completed += 1
-        on_epoch_end()
     except BaseException as exc:
         if handoff is not None and not isinstance(exc, GeneratorExit):
             handoff.retire()
         raise
     finally:
         stage.close()
-        stats.end()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -49,6 +50,45 @@ class Series:
         }
 
 
+class Clock:
+    """One iterator's share of the loop's wall time (see `LoaderStats.wall_s`).
+
+    `mark` at each batch handed out, `close` when the iterator's epoch ends
+    (exhausted, dropped, replaced). A batch handed out after `close` (an iterator
+    used on after a newer one replaced it) extends the span it closed with.
+    """
+
+    __slots__ = ("_stats", "closed", "full", "last", "start")
+
+    def __init__(self, stats: LoaderStats):
+        self._stats = stats
+        self.start = self.last = time.perf_counter()
+        self.closed = False
+        self.full = False  # every batch of the epoch handed out: the span stops growing
+
+    def mark(self, now: float, *, full: bool = False) -> None:
+        """A batch handed out at ``now`` (``full``: the epoch's last)."""
+        if self.closed:
+            self._stats.wall_s += max(0.0, now - self.last)
+        self.last = max(self.last, now)
+        self.full = self.full or full
+
+    def close(self, now: float | None = None) -> None:
+        """End the span at the last hand-out, or at ``now`` (the iterator's exhaustion)."""
+        if self.closed:
+            return
+        if now is not None:
+            self.last = max(self.last, now)
+        self.closed = True
+        self._stats.wall_s += self.last - self.start
+        with contextlib.suppress(ValueError):
+            self._stats._live.remove(self)
+
+    def running(self, now: float) -> float:
+        """The span so far, for an open clock."""
+        return (self.last if self.full else now) - self.start
+
+
 #: Spans kept per loader for the timeline (issue 17): the first ones after a reset.
 _SPANS = 4096
 
@@ -68,8 +108,10 @@ class LoaderStats:
     does not separate the two). ``stage``/``stage_cpu_s``: host seconds (wall, and
     CPU in total) per batch of the device stage: starting the copy and the device
     transform, and with ``prep="gpu"`` decoding and augmenting on its own thread.
-    ``wall_s``: seconds between the first request of an iteration and the last
-    batch handed out, summed over iterations.
+    ``wall_s``: per iterator, seconds from its ``iter()`` to the last batch it
+    handed out (to its exhaustion when exhausted: the step on the last batch
+    included), summed over iterators. Each wait lies inside its iterator's span,
+    so ``wait <= wall`` however iterators overlap or are dropped.
     """
 
     wait: Series = field(default_factory=Series)
@@ -81,7 +123,7 @@ class LoaderStats:
     epochs_completed: int = 0
     wall_s: float = 0.0
     per_epoch: list[dict[str, Any]] = field(default_factory=list)
-    _started: float | None = None
+    _live: list[Clock] = field(default_factory=list)
     _epoch_mark: dict[str, Any] = field(default_factory=dict)
     #: Per-batch spans for `unstall analyze`'s timeline, kept only with $UNSTALL_TIMELINE set.
     timeline: list[tuple[float, ...]] | None = field(default_factory=_timeline_default)
@@ -95,17 +137,16 @@ class LoaderStats:
         if self.timeline is not None and span is not None and len(self.timeline) < _SPANS:
             self.timeline.append((wait_start, wait_start + wait_s, *span))
 
-    def begin(self) -> None:
-        self._started = time.perf_counter()
-
-    def end(self) -> None:
-        if self._started is not None:
-            self.wall_s += time.perf_counter() - self._started
-            self._started = None
+    def clock(self) -> Clock:
+        """A clock for one new iterator, counted in `elapsed` from now on."""
+        clock = Clock(self)
+        self._live.append(clock)
+        return clock
 
     def close_epoch(self, epoch: int, sources: dict[str, Any]) -> None:
         """Record what this epoch added: samples, waits, wall time and each source's counters."""
         now = {
+            "batches": self.wait.count,
             "samples": self.samples,
             "wall_s": self.elapsed(),
             "wait_s": self.wait.total,
@@ -120,8 +161,9 @@ class LoaderStats:
         self._epoch_mark = now
 
     def elapsed(self) -> float:
-        running = time.perf_counter() - self._started if self._started is not None else 0.0
-        return self.wall_s + running
+        """``wall_s`` plus what the iterators still open have run so far."""
+        now = time.perf_counter()
+        return self.wall_s + sum(clock.running(now) for clock in self._live)
 
     def as_dict(self) -> dict[str, object]:
         wall = self.elapsed()
@@ -171,6 +213,7 @@ def _delta(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
 
 #: Keys of cumulative counters: per-epoch figures are their differences.
 _COUNTER_SUFFIXES = (
+    "batches",
     "samples",
     "_s",
     "hits",

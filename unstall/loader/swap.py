@@ -1,7 +1,8 @@
 """Put `unstall.DataLoader` in the place of `torch.utils.data.DataLoader`, and take it out.
 
-`TorchDataLoader` is torch's own class, captured when unstall is first imported:
-unstall builds its inner loaders from it, so the swap can never recurse.
+`TorchDataLoader` (`unstall.loader.torch_class`) is torch's own class, captured when
+unstall is first imported: unstall builds its inner loaders from it, so the swap can
+never recurse.
 """
 
 from __future__ import annotations
@@ -12,12 +13,8 @@ from collections.abc import Callable
 import torch.utils.data
 import torch.utils.data.dataloader
 
-#: torch's real DataLoader class, whatever the public name points at later.
-TorchDataLoader: type = torch.utils.data.dataloader.DataLoader
-if getattr(TorchDataLoader, "__module__", "").startswith("unstall."):  # imported after a swap
-    TorchDataLoader = next(
-        c for c in TorchDataLoader.__mro__ if c.__module__ == "torch.utils.data.dataloader"
-    )
+from unstall.loader.dataloader import DataLoader
+from unstall.loader.torch_class import TorchDataLoader
 
 #: Where torch exposes the class by name: every one is swapped and restored together.
 _PLACES = (torch.utils.data, torch.utils.data.dataloader)
@@ -30,8 +27,6 @@ def patch_torch() -> Callable[[], None]:
     included) builds unstall loaders; unstall's own machinery keeps torch's class.
     Safe to call twice. Returns the undo (`unpatch_torch`).
     """
-    from unstall.loader.dataloader import DataLoader
-
     for module in _PLACES:
         module.DataLoader = DataLoader  # type: ignore[attr-defined]
     return unpatch_torch

@@ -1,13 +1,45 @@
-"""Image preparation: fast decode, RandomResizedCrop + flip + normalize, and torch's baseline."""
+"""Image preparation: fast decode, RandomResizedCrop + flip + normalize, and torch's baseline.
 
-from unstall.pipeline.decode import DecodeError, decode_jpeg, image_size
-from unstall.pipeline.reference import TorchReferencePipeline
-from unstall.pipeline.transforms import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    ImagePipeline,
-    normalize_batch,
-)
+Names load on first use: the loader imports `unstall.pipeline.batch_seed` for every
+batch task, and must not pay for the image decoders (PIL, simplejpeg) unless images
+are prepared.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_HOMES = {
+    "IMAGENET_MEAN": "unstall.pipeline.transforms",
+    "IMAGENET_STD": "unstall.pipeline.transforms",
+    "DecodeError": "unstall.pipeline.decode",
+    "ImagePipeline": "unstall.pipeline.transforms",
+    "TorchReferencePipeline": "unstall.pipeline.reference",
+    "decode_jpeg": "unstall.pipeline.decode",
+    "image_size": "unstall.pipeline.decode",
+    "normalize_batch": "unstall.pipeline.transforms",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'unstall.pipeline' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from unstall.pipeline.decode import DecodeError, decode_jpeg, image_size
+    from unstall.pipeline.reference import TorchReferencePipeline
+    from unstall.pipeline.transforms import (
+        IMAGENET_MEAN,
+        IMAGENET_STD,
+        ImagePipeline,
+        normalize_batch,
+    )
 
 __all__ = [
     "IMAGENET_MEAN",

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from unstall.errors import MissingKeyError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from unstall.stores.listing import Listing
 
 
 class Store(ABC):
@@ -50,6 +56,20 @@ class Store(ABC):
     def list(self, prefix: str = "") -> list[str]:
         """Return every key under ``prefix``, sorted."""
         return sorted(self._list(prefix))
+
+    def list_entries(self, prefix: str = "") -> Listing:
+        """Every object under ``prefix`` with its size, mtime and version (`Listing`), sorted
+        by key, listed now. Backends that cannot say raise NotImplementedError."""
+        inner = getattr(self, "inner", None)
+        if isinstance(inner, Store):
+            return inner.list_entries(prefix)
+        raise NotImplementedError(f"{type(self).__name__} cannot list versions")
+
+    def versions(self, keys: Sequence[str]) -> np.ndarray | None:
+        """The current version of each key (int64, `unstall.stores.listing`), or None if this
+        store cannot say. Caches serve an item only under the version it was stored for."""
+        inner = getattr(self, "inner", None)
+        return inner.versions(keys) if isinstance(inner, Store) else None
 
     def put(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key`` (used to write synthetic datasets)."""

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+import numpy as np
 
 from unstall.errors import MissingKeyError, StoreError
 from unstall.stores.base import Store
+from unstall.stores.listing import Listing, local_versions, stat_versions
 
 
 class LocalStore(Store):
@@ -76,13 +80,19 @@ class LocalStore(Store):
             os.close(fd)
 
     def _list(self, prefix: str) -> list[str]:
-        base = self.root / prefix if prefix else self.root
-        keys = []
-        for dirpath, _dirs, files in os.walk(base):
-            rel = os.path.relpath(dirpath, self.root)
-            for name in files:
-                keys.append(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
-        return keys
+        return [key for key, _ in _scan(self.root, prefix, stat=False)]
+
+    def list_entries(self, prefix: str = "") -> Listing:
+        """Every file under ``prefix`` with size, mtime and version (one ``stat`` each)."""
+        rows = sorted(_scan(self.root, prefix, stat=True))
+        cols = np.array([st for _, st in rows], dtype=np.int64).reshape(-1, 3).T
+        sizes, mtimes, inodes = cols[0].copy(), cols[1].copy(), cols[2]
+        keys = [key for key, _ in rows]
+        return Listing(keys, sizes, mtimes, local_versions(sizes, mtimes, inodes))
+
+    def versions(self, keys: Sequence[str]) -> np.ndarray:
+        """Each key's version from its file's size, mtime and inode (one ``stat`` each)."""
+        return stat_versions(str(self.root), keys, len(keys))
 
     def _put(self, key: str, data: bytes) -> None:
         path = self.root / key
@@ -102,3 +112,30 @@ class LocalStore(Store):
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
+
+
+def _scan(root: Path, prefix: str, *, stat: bool) -> Iterator[tuple[str, tuple[int, int, int]]]:
+    """``(key, (size, mtime_ns, inode))`` of every file under ``root/prefix`` (``os.scandir``,
+    one directory open at a time; the stat tuple is zeros unless ``stat``)."""
+    none = (0, 0, 0)
+    stack = [prefix.strip("/")]
+    while stack:
+        rel = stack.pop()
+        try:
+            it = os.scandir(os.path.join(root, rel) if rel else root)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        with it:
+            for entry in it:
+                key = f"{rel}/{entry.name}" if rel else entry.name
+                if entry.is_dir():
+                    if not entry.is_symlink():  # as os.walk: a linked folder is not entered
+                        stack.append(key)
+                elif not stat:
+                    yield key, none
+                else:
+                    try:
+                        st = entry.stat()
+                    except FileNotFoundError:  # removed since the directory was read
+                        continue
+                    yield key, (st.st_size, st.st_mtime_ns, st.st_ino)

@@ -14,9 +14,12 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from unstall.errors import EmptyDatasetError
 from unstall.stores import manifest
 from unstall.stores.base import Store, _check_key
+from unstall.stores.listing import Listing, etag_versions
 from unstall.stores.s3_config import S3Settings, resolve
 from unstall.stores.s3_stats import SharedStats
 
@@ -82,6 +85,7 @@ class S3Store(Store):
         self._stats = SharedStats()
         self._backend: Any = None
         self._backend_pid: int | None = None
+        self._listing: Listing | None = None  # made by this process (see `versions`)
 
     @property
     def url(self) -> str:
@@ -154,19 +158,44 @@ class S3Store(Store):
         if items:
             self._client().put_many(list(items))
 
+    def list_entries(self, prefix: str = "") -> Listing:
+        """Every object under ``prefix`` with its size, ETag and version, listed now."""
+        rows = sorted(self._client().list_entries(prefix.strip("/")))
+        if not rows:
+            self._list(prefix)  # raises the empty-listing error
+        listing = _listing_of(rows)
+        if not prefix:
+            self._listing = listing
+            path = manifest.manifest_path(self.url, self.settings.endpoint, self.manifest_dir)
+            manifest.write_manifest(path, self.url, listing.keys, rows)
+        return listing
+
+    def listed(self) -> Listing | None:
+        """The whole listing this process made (`list_entries`, `versions`), if any."""
+        return self._listing
+
+    def versions(self, keys: Sequence[str]) -> np.ndarray:
+        """Each key's version (size + ETag) from a listing made by this process (listed now
+        if none was: one LIST request per 1,000 objects, no request per object).
+
+        A manifest from an earlier run is not trusted for versions: objects may have been
+        overwritten since. The fresh listing also refreshes the manifest.
+        """
+        listing = self._listing if self._listing is not None else self.list_entries()
+        return listing.versions_of(keys)
+
     def list_cached(self, *, refresh: bool = False) -> list[str]:
         """Every key, sorted, from the manifest file if there is one, else listed once and saved.
 
-        Pass ``refresh=True`` (or delete the file) after the bucket changed.
+        Pass ``refresh=True`` (or delete the file) after the bucket changed. Versions are
+        not taken from the manifest (see `versions`).
         """
         path = manifest.manifest_path(self.url, self.settings.endpoint, self.manifest_dir)
         if not refresh:
             keys = manifest.read_manifest(path, self.url)
             if keys is not None:
                 return keys
-        keys = self.list()
-        manifest.write_manifest(path, self.url, keys)
-        return keys
+        return self.list_entries().keys
 
     def stats(self) -> dict[str, Any]:
         """Request counters summed over this process, its helper and its forked workers."""
@@ -185,6 +214,7 @@ class S3Store(Store):
         state = self.__dict__.copy()
         state["_backend"] = state["_backend_pid"] = None
         state["_owner_pid"] = None  # an unpickled copy builds its own in-process client
+        state["_listing"] = None  # workers get the versions from the dataset, not the store
         return state
 
 
@@ -211,6 +241,9 @@ class _HelperBackend:
     def list(self, prefix: str) -> list[str]:
         return self.helper.call("list", prefix, bound_s=self._bound * 100)
 
+    def list_entries(self, prefix: str) -> list[tuple[str, int, str, int]]:
+        return self.helper.call("list_entries", prefix, bound_s=self._bound * 100)
+
     def put(self, key: str, data: bytes) -> None:
         self.helper.call("put", key, data, bound_s=self._bound + 10)
 
@@ -219,6 +252,13 @@ class _HelperBackend:
 
     def close(self) -> None:
         self.helper.close()
+
+
+def _listing_of(rows: list[tuple[str, int, str, int]]) -> Listing:
+    sizes = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
+    mtimes = np.fromiter((r[3] for r in rows), dtype=np.int64, count=len(rows))
+    etags = [r[2] for r in rows]
+    return Listing([r[0] for r in rows], sizes, mtimes, etag_versions(sizes, etags), etags)
 
 
 def _env_number(name: str, kind: type, default: Any = None) -> Any:

@@ -119,6 +119,25 @@ class Fetcher:
 
         return self._run(self._retrying(f"listing {prefix or '(all)'}", listing), 1)
 
+    def list_entries(self, prefix: str) -> list[tuple[str, int, str, int]]:
+        """``(key, size, etag, mtime_ns)`` of every object under ``prefix``."""
+        import obstore
+
+        async def listing() -> list[tuple[str, int, str, int]]:
+            rows: list[tuple[str, int, str, int]] = []
+            pages = 0
+            async for chunk in obstore.list(self.client, prefix=prefix or None, chunk_size=1000):
+                pages += 1
+                for meta in chunk:
+                    when = meta.get("last_modified")
+                    mtime_ns = int(when.timestamp() * 1e9) if when is not None else 0
+                    etag = meta.get("e_tag") or ""
+                    rows.append((meta["path"], int(meta["size"]), etag, mtime_ns))
+            self.stats.add(list_requests=max(pages, 1))
+            return rows
+
+        return self._run(self._retrying(f"listing {prefix or '(all)'}", listing), 1)
+
     def put(self, key: str, data: bytes) -> None:
         import obstore
 

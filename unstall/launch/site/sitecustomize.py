@@ -10,11 +10,10 @@ def _chain() -> None:
     saved, module = list(sys.path), sys.modules.pop("sitecustomize", None)
     try:
         sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-        import contextlib
-        import importlib
-
-        with contextlib.suppress(ImportError):
-            importlib.import_module("sitecustomize")
+        try:  # noqa: SIM105 (contextlib is not imported yet in every process)
+            __import__("sitecustomize")
+        except ImportError:  # none to chain to
+            pass
     finally:
         sys.path[:] = saved
         if module is not None:

@@ -1,0 +1,64 @@
+"""CPU figures from the OS, read around a measured window: this process, and the machine.
+
+The loader's workers report their own CPU and run-queue time per batch (the spans);
+the main process (training loop, hand-off, pin-memory thread) and the rest of the
+machine (other jobs) are read here, so the analyzer can price cores, not workers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+#: /proc/stat counts in clock ticks.
+_TICK = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+
+class Snapshot(NamedTuple):
+    """CPU seconds so far: this process (all its threads) and the whole machine (busy)."""
+
+    self_cpu_s: float
+    machine_busy_s: float
+
+
+def snapshot() -> Snapshot:
+    t = os.times()
+    return Snapshot(t.user + t.system, machine_busy_s())
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine spent busy (not idle, not waiting on I/O)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) * _TICK
+
+
+def cores_available() -> int:
+    """Cores this process may run on (its affinity), else the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def workers_cpu(pids: list[int]) -> tuple[float, float]:
+    """(CPU seconds, seconds waiting for a core) these processes have used so far, together.
+
+    For workers that report no per-batch timings (an iterable dataset on torch's own
+    iterator): ``/proc/PID/stat`` (user + system ticks) and ``/proc/PID/schedstat``.
+    A process that is gone counts nothing.
+    """
+    cpu = runq = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            cpu += (int(fields[11]) + int(fields[12])) * _TICK
+            with open(f"/proc/{pid}/schedstat", "rb") as f:
+                runq += int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    return cpu, runq

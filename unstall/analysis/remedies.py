@@ -1,0 +1,169 @@
+"""unstall's own remedies, priced for this job: what changes, what it is predicted to give.
+
+Loader settings (workers, cache) are searched by `unstall.analysis.recommend` and can be
+applied with ``unstall run --config``. A job whose cores are all busy preparing needs
+less CPU per sample, which only a change of pipeline gives; those are priced here from
+short measurements on the job's own samples, never assumed:
+
+- ``lean``: unstall's `ImagePipeline(output="uint8")` (decode at reduced scale, crop,
+  flip; normalize on the device), timed beside the job's own ``dataset[i]`` on a few of
+  its JPEGs, in the job's process (`unstall.analysis.agent`);
+- ``coordinate``: K jobs of a sweep on one node preparing each batch once;
+- ``gpu``: GPU decode, where a GPU decoder and a CUDA device are present (its rate is
+  not guessed: measured on that machine, or reported as not measured);
+- ``cache``: the disk tier or peers for a fetch-bound job (the samples come from local
+  disk from the second epoch).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from typing import Any
+
+from unstall.analysis.model import Config, Rates, predict
+
+#: Images timed for the lean pipeline (enough for a stable mean, a fraction of a second).
+LEAN_SAMPLES = 24
+
+
+def remedies(
+    rates: Rates,
+    base: Config,
+    *,
+    bottleneck: str,
+    measured: float,
+    probe: dict[str, float] | None,
+    unknown: dict[str, str],
+) -> list[dict[str, Any]]:
+    """Each remedy that applies to this bottleneck, with its prediction or why it has none."""
+    out: list[dict[str, Any]] = []
+    if bottleneck == "prep" and "prep" not in unknown:
+        out.append(_lean(rates, base, probe, measured))
+        for k in (2, 4):
+            cheaper = replace(rates, prep_cpu_s=rates.prep_cpu_s / k)
+            out.append(
+                _row(
+                    "coordinate",
+                    f"if {k} jobs on this node read the same data (a sweep): "
+                    "DataLoader(coordinate=True) in each prepares every batch once for all",
+                    predict(cheaper, base).samples_per_s,
+                    measured,
+                    applies="each job: unstall run --config FILE, FILE holding "
+                    '{"kwargs": {"coordinate": "SWEEP_NAME"}} (no edit of the script)',
+                    config={"kwargs": {"coordinate": "sweep"}},
+                )
+            )
+        out.append(_gpu())
+    if bottleneck == "fetch" and "fetch" not in unknown:
+        local = replace(rates, latency_s=0.0, bandwidth=1e12)
+        out.append(
+            _row(
+                "cache",
+                "keep the samples on this node: unstall.Cache(disk=...) (local disk tier, "
+                "on by default for s3://) or peers=unstall.Peers() across nodes; from the "
+                "second epoch storage is no longer read",
+                predict(local, base).samples_per_s,
+                measured,
+                applies="unstall.ImageFolder/FileDataset with cache=unstall.Cache(...)",
+            )
+        )
+    return out
+
+
+def _row(name: str, what: str, predicted: float | None, measured: float, **kw: Any) -> dict:
+    return {
+        "remedy": name,
+        "what": what,
+        "predicted_samples_per_s": round(predicted, 1) if predicted is not None else None,
+        "predicted_speedup": round(predicted / measured, 2) if predicted and measured else None,
+        **kw,
+    }
+
+
+def _lean(
+    rates: Rates, base: Config, probe: dict[str, float] | None, measured: float
+) -> dict[str, Any]:
+    """unstall's lean uint8 pipeline, priced by its CPU per sample against the job's own
+    ``dataset[i]``, both timed side by side on the job's own JPEGs."""
+    what = (
+        "unstall.ImageFolder(root, transform=ImagePipeline(output='uint8')) with "
+        "DataLoader(device='cuda'): decode at reduced scale + crop + flip on the CPU, "
+        "normalize on the GPU"
+    )
+    applies = "a change of dataset in the script (a few lines)"
+    if not probe:
+        return _row(
+            "lean",
+            what,
+            None,
+            measured,
+            applies=applies,
+            not_measured="the dataset lists no JPEG files (`samples`) to time the pipeline on",
+        )
+    ratio = probe["lean_cpu_s"] / probe["own_cpu_s"]
+    lean = replace(rates, prep_cpu_s=rates.prep_cpu_s * ratio)
+    row = _row("lean", what, predict(lean, base).samples_per_s, measured, applies=applies)
+    row["worker_cpu_ms_per_sample"] = {
+        "now": round(rates.prep_cpu_s * 1e3, 3),
+        "lean": round(rates.prep_cpu_s * ratio * 1e3, 3),
+    }
+    row["probe"] = {k: round(v, 6) for k, v in probe.items()}
+    return row
+
+
+def lean_pipeline_cpu(files: list[str]) -> float | None:
+    """CPU seconds per sample of `ImagePipeline(output="uint8")` on these JPEGs (read included)."""
+    from unstall.pipeline import ImagePipeline
+
+    paths = [f for f in files if os.path.isfile(f)][:LEAN_SAMPLES]
+    if not paths:
+        return None
+    pipeline = ImagePipeline(output="uint8", seed=0)
+    with open(paths[0], "rb") as f:
+        pipeline(f.read())  # warm: imports, first-call set-up
+    done = 0
+    c0 = time.thread_time()
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                pipeline(f.read())
+            done += 1
+        except Exception:  # an image it cannot read is not timed
+            continue
+    cpu = time.thread_time() - c0
+    return cpu / done if done else None
+
+
+def _gpu() -> dict[str, Any]:
+    """GPU decode (`prep="auto"|"gpu"|"hybrid"`): listed with what it needs; priced only where
+    measured, never guessed."""
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except Exception:  # no usable torch.cuda: no CUDA
+        cuda = False
+    try:
+        from unstall.gpu import available_decoder
+
+        decoder = available_decoder()
+    except Exception:  # a broken optional package counts as none
+        decoder = None
+    if not cuda:
+        reason = "not measured: no CUDA device on this machine"
+    elif decoder is None:
+        reason = "not measured: no GPU decoder installed (pip install 'unstall[dali]')"
+    else:
+        reason = f"not measured: {decoder} is importable; measure with `unstall bench train`"
+    return {
+        "remedy": "gpu",
+        "what": "decode and augment on the GPU beside the CPU workers: unstall.ImageFolder + "
+        "DataLoader(device='cuda', prep='auto' or 'hybrid')",
+        "predicted_samples_per_s": None,
+        "predicted_speedup": None,
+        "not_measured": reason,
+        "decoder": decoder,
+        "applies": "a change of dataset in the script (a few lines)",
+    }

@@ -1,0 +1,160 @@
+"""Kept segments: a RAM tier that outlives its last user, bounded by a time and by memory.
+
+When the last job using a segment leaves, the segment stays in shared memory for
+``keep`` seconds (`Cache(keep=...)`, else ``$UNSTALL_CACHE_KEEP_S``, default
+`DEFAULT_KEEP_S`), so a job started after it hits from its first epoch. That is
+safe because every item carries the version of its source (`unstall.cache.shm_cache`):
+a file changed in between is a miss, never served. Kept segments are released,
+oldest first, by `sweep` (run on every `Cache.bind` and every release):
+
+- when their time is up;
+- while all kept segments together exceed ``$UNSTALL_CACHE_KEEP_MAX`` (a size or a
+  fraction of RAM, default `DEFAULT_MAX_SHARE` of it);
+- while the node's available memory is below `MIN_AVAILABLE_SHARE` of RAM, or the
+  shared-memory directory lacks room for a segment about to be made.
+
+and by a small detached process started at each release (`unstall.cache.reaper`), so
+the keep time holds even if no unstall process runs after. `unstall cache list`
+shows them ("kept until ..."), `unstall cache clear` removes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any
+
+import psutil
+
+from unstall.cache import segment
+from unstall.cache.capacity import parse_capacity
+from unstall.cache.shm_cache import H_KEEP_UNTIL, H_LEFT_AT, ShmCache
+
+#: Seconds a segment is kept after its last user leaves, unless told otherwise.
+DEFAULT_KEEP_S = 3600.0
+#: Kept segments together may hold at most this share of the node's RAM by default.
+DEFAULT_MAX_SHARE = 0.25
+#: Kept segments are released while available memory is below this share of RAM.
+MIN_AVAILABLE_SHARE = 0.10
+
+
+def keep_seconds(keep: float | None = None) -> float:
+    """The keep time: ``keep`` if given, else ``$UNSTALL_CACHE_KEEP_S``, else the default.
+
+    Raises:
+        ValueError: naming the setting, when it is negative or not a number.
+    """
+    if keep is None:
+        text = os.environ.get("UNSTALL_CACHE_KEEP_S", "")
+        if not text:
+            return DEFAULT_KEEP_S
+        try:
+            keep = float(text)
+        except ValueError:
+            raise ValueError(
+                f"UNSTALL_CACHE_KEEP_S={text!r} must be seconds (0 removes a segment when "
+                "its last user leaves)"
+            ) from None
+    if isinstance(keep, bool) or not isinstance(keep, int | float) or not keep >= 0:
+        raise ValueError(
+            f"keep={keep!r} must be seconds >= 0 (0 removes a segment when its last user leaves)"
+        )
+    return float(keep)
+
+
+def max_kept_bytes() -> int:
+    """``$UNSTALL_CACHE_KEEP_MAX`` (bytes, a size string or a fraction of RAM) in bytes."""
+    total = psutil.virtual_memory().total
+    text = os.environ.get("UNSTALL_CACHE_KEEP_MAX", "")
+    if not text:
+        return int(total * DEFAULT_MAX_SHARE)
+    try:
+        value = parse_capacity(float(text) if "." in text and text[0] in "0." else text)
+    except ValueError as exc:
+        raise ValueError(f"UNSTALL_CACHE_KEEP_MAX={text!r}: {exc}") from None
+    return int(value * total) if isinstance(value, float) else int(value)
+
+
+def kept_segments() -> list[dict[str, Any]]:
+    """This user's kept segments (no live user, a keep time set), oldest first."""
+    from unstall.cache.lifecycle import _map, alive_owners
+
+    out = []
+    for name in segment.list_segment_names():
+        path = segment.segment_path(name)
+        cache = _map(path, skip=(FileNotFoundError, PermissionError))
+        if not isinstance(cache, ShmCache):
+            continue
+        try:
+            until = int(cache.hdr[H_KEEP_UNTIL]) if cache.valid() else 0
+            if until and not alive_owners(cache):
+                size = os.fstat(cache.fd).st_blocks * 512
+                out.append(dict(name=name, until=until, left=int(cache.hdr[H_LEFT_AT]), size=size))
+        finally:
+            cache.close()
+    return sorted(out, key=lambda k: (k["left"], k["name"]))
+
+
+def sweep(*, need_bytes: int = 0, now: float | None = None) -> list[str]:
+    """Release kept segments that expired, then oldest first while over the limits
+    (see the module notes); ``need_bytes``: shared memory wanted for a new segment.
+    Returns the names released."""
+    now = time.time() if now is None else now
+    kept = kept_segments()
+    if not kept:
+        return []
+    released = [k["name"] for k in kept if k["until"] <= now]
+    live = [k for k in kept if k["until"] > now]
+    cap = max_kept_bytes()
+    mem = psutil.virtual_memory()
+    floor = mem.total * MIN_AVAILABLE_SHARE
+    total = sum(k["size"] for k in live)
+    shm_free = segment.free_bytes(segment.shm_dir())
+    available = mem.available
+    while live and (total > cap or available < floor or shm_free < need_bytes):
+        oldest = live.pop(0)
+        released.append(oldest["name"])
+        total -= oldest["size"]
+        shm_free += oldest["size"]
+        available += oldest["size"]
+    return [name for name in released if _release(name)]
+
+
+def start_reaper(path: str) -> None:
+    """Start the process that removes the kept segment at ``path`` when its time is up."""
+    import subprocess
+    import sys
+
+    from unstall.cache import reaper
+
+    with contextlib.suppress(OSError):  # no process to spare: the next bind's sweep does it
+        subprocess.Popen(
+            [sys.executable, "-I", reaper.__file__, path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
+def _release(name: str) -> bool:
+    """Remove a kept segment if it is still kept and unused (a job may have taken it)."""
+    from unstall.cache.lifecycle import _map, alive_owners
+
+    path = segment.segment_path(name)
+    cache = _map(path)
+    if not isinstance(cache, ShmCache):
+        return False
+    try:
+        with segment.locked(cache.fd):
+            if not segment.still_linked(cache.fd, path) or alive_owners(cache):
+                return False
+            if not int(cache.hdr[H_KEEP_UNTIL]):
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return True
+    finally:
+        cache.close()
