@@ -56,13 +56,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             ``(seed, e)``, identical across restarts and processes; batch ``b``'s
             random draws (torch, numpy, `random`) are seeded from ``(seed, e, b, rank)``
             alone, whichever worker or job prepares it (so ``num_workers`` does not change
-            them). Default (and without ``rank``, ``world_size`` or ``coordinate``): torch's
-            own order and draws, exactly: each ``iter()`` draws what torch's loader draws
-            (the workers' base seed, `RandomSampler`'s seed) from ``generator`` or torch's
-            global RNG, shuffles with the same permutation, and workers are seeded as
-            torch seeds them (``worker_init_fn`` may reseed them). With shards or
-            ``coordinate`` and no seed: ``torch.initial_seed()`` (``generator``: a draw
-            from it), or 0 with ``world_size > 1`` (as `DistributedSampler`).
+            them). Default, without ``rank``/``world_size``/``coordinate``: torch's order and
+            draws exactly (README, "What differs from torch"); with them:
+            ``torch.initial_seed()`` (or a draw from ``generator``), 0 with ``world_size > 1``.
         rank, world_size: this process's shard of every epoch (like
             `DistributedSampler`); default: one shard, as torch's loader.
         cache: an `unstall.Cache` (or any object with ``bind(dataset)``) that serves
