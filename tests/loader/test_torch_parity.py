@@ -174,3 +174,19 @@ def test_user_sampler_set_epoch_is_the_users(swapped):
         loader.sampler.set_epoch(epoch)
         ours = flatten_ids(list(loader))
         assert ours == flatten_ids(list(theirs)), epoch
+
+
+def _clone_all(batch):
+    return [x.clone() for x in batch]
+
+
+def test_nested_tensors_and_torchs_iterator_attributes(swapped):
+    """Nested tensors pass through workers as torch passes them; ``it._workers`` is torch's."""
+    data = [torch.nested.nested_tensor([torch.full((3,), float(i))]) for i in range(4)]
+    loader = torch.utils.data.DataLoader(data, batch_size=1, num_workers=2, collate_fn=_clone_all)
+    it = iter(loader)
+    assert len(it._workers) == 2 and all(w.is_alive() for w in it._workers)
+    for i, batch in enumerate(it):
+        assert batch[0].is_nested and torch.equal(batch[0].unbind()[0], torch.full((3,), float(i)))
+    with pytest.raises(RuntimeError, match="not currently supported by the default collate_fn"):
+        next(iter(torch.utils.data.DataLoader(data, batch_size=1, num_workers=2)))

@@ -366,10 +366,13 @@ def _evict_first(loader: Any, batches: int) -> bool:
     if order is None:
         return False
     indices: list[int] = []
-    for b, batch in enumerate(order.batches(getattr(loader, "epoch", 0))):
-        if b >= batches:
-            break
-        indices.extend(batch)
+    try:
+        for b, batch in enumerate(order.batches(getattr(loader, "epoch", 0))):
+            if b >= batches:
+                break
+            indices.extend(batch)
+    except ValueError:  # torch's order: known only once the epoch has drawn it
+        return False
     return evict(loader.dataset, indices)
 
 

@@ -61,12 +61,16 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
             batch_size=batch_size or 1,
             shuffle=bool(a["shuffle"]),
             drop_last=a["drop_last"],
-            seed=a["seed"],
+            seed=a["seed"] if a["seed"] is not None else 0,
             rank=a["rank"],
             world_size=a["world_size"],
             permute=getattr(dataset, "epoch_order", None),
+            # a dataset with its own epoch order (shards) is never torch's order
+            rule="seeded" if a["seed"] is not None or hasattr(dataset, "epoch_order") else "torch",
         )
-        plan = PlanSampler(order, lookahead=_lookahead(dataset, num_workers))
+        plan = PlanSampler(
+            order, lookahead=_lookahead(dataset, num_workers), generator=a["generator"]
+        )
 
     collate_fn = a["collate_fn"]
     if collate_fn is None:
@@ -128,8 +132,10 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
     if device_transform is None and device is not None:
         device_transform = default_device_transform(dataset, prep)
     generator = a["generator"]
-    # Without a user generator, workers' seeds follow (seed, epoch, rank): see DataLoader.__iter__.
-    worker_seeds = torch.Generator() if generator is None else None
+    # With unstall's seed and no user generator, workers' seeds follow (seed, epoch, rank)
+    # (see DataLoader.__iter__); otherwise torch draws them, from the generator or its global one.
+    seeded = a["seed"] is not None
+    worker_seeds = torch.Generator() if generator is None and seeded else None
     extra: dict[str, Any] = {} if a["in_order"] else {"in_order": False}
     prefetch = a["prefetch_factor"]
     if coordination is not None and num_workers > 0:  # issue 18: tasks of published batches
@@ -144,7 +150,7 @@ def build_machinery(owner: Any, dataset: Any, a: dict[str, Any], device: Any) ->
         timeout=a["timeout"],
         worker_init_fn=a["worker_init_fn"],
         multiprocessing_context=a["multiprocessing_context"],
-        generator=generator if generator is not None else worker_seeds,
+        generator=generator if worker_seeds is None else worker_seeds,
         prefetch_factor=prefetch,
         persistent_workers=a["persistent_workers"],
         pin_memory_device=a["pin_memory_device"],

@@ -20,7 +20,7 @@ import torch
 import torch.utils.data
 from torch.utils.data import Sampler
 
-from unstall.loader import hooks
+from unstall.loader import hooks, resume
 from unstall.loader.build import build_machinery
 from unstall.loader.device import DeviceStage, resolve_device
 from unstall.loader.iterate import EpochIterator, PassthroughIterator, SizedIterator
@@ -31,7 +31,7 @@ from unstall.loader.stats import LoaderStats
 from unstall.loader.torch_class import TorchDataLoader
 from unstall.loader.worker_death import release_stuck_locks
 
-STATE_VERSION = 1
+STATE_VERSION = resume.STATE_VERSION
 T_co = TypeVar("T_co", covariant=True)
 
 #: unstall's own arguments: not for iterable datasets, which torch's machinery runs.
@@ -54,11 +54,11 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
     Args:
         seed: the order of epoch ``e`` is a permutation derived only from
             ``(seed, e)``, identical across restarts and processes; batch ``b``'s
-            augmentation is seeded from ``(seed, e, b, rank)`` alone, whichever worker
-            or job prepares it (so ``num_workers`` does not change it). Default: drawn from
-            ``generator`` if given, else ``torch.initial_seed()`` (so
-            ``torch.manual_seed`` fixes it, as it fixes torch's shuffling), or 0
-            with ``world_size > 1`` (as `DistributedSampler`).
+            random draws (torch, numpy, `random`) are seeded from ``(seed, e, b, rank)``
+            alone, whichever worker or job prepares it (so ``num_workers`` does not change
+            them). Default, without ``rank``/``world_size``/``coordinate``: torch's order and
+            draws exactly (README, "What differs from torch"); with them:
+            ``torch.initial_seed()`` (or a draw from ``generator``), 0 with ``world_size > 1``.
         rank, world_size: this process's shard of every epoch (like
             `DistributedSampler`); default: one shard, as torch's loader.
         cache: an `unstall.Cache` (or any object with ``bind(dataset)``) that serves
@@ -135,6 +135,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._pending_start = 0
         self._epoch_set = False
         self._position: list[int] | None = None  # [epoch, batches handed out] of the last iter
+        self._resume: dict[str, Any] | None = None  # a loaded torch-order epoch's draws
+        self._base_seed: int | None = None  # the running iterator's worker base seed
+        self._tail_pending = False  # a loaded state's previous epoch still owes its tail draw
         self._current: weakref.ref[Any] | None = None  # the last iter(): replaced by the next
         self._passthrough = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
             dataset, "__len__"
@@ -154,9 +157,13 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self._handoff = None
             self._gpu_prep = None
         else:
-            self.rank, self.world_size = resolve_world(rank, world_size)
-            self._seed_given = seed is not None or generator is not None
-            self.seed = resolve_seed(seed, generator, self.world_size)
+            self.rank, self.world_size = resolve_world(a["rank"], a["world_size"])
+            self._seed_given = a["seed"] is not None
+            unstall_order = any(a[k] is not None for k in ("seed", "rank", "world_size"))
+            if unstall_order or a["coordinate"]:  # else torch's order and draws (resume.py)
+                self.seed = resolve_seed(a["seed"], generator, self.world_size)
+            else:
+                self.seed = None
             a.update(seed=self.seed, rank=self.rank, world_size=self.world_size)
             self.device = resolve_device(a["device"])
             m = build_machinery(self, dataset, a, self.device)
@@ -174,7 +181,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self._worker_seeds = m.worker_seeds
             self._coordination = m.coordination  # issue 18: see unstall/coordination
             self._inner = m.torch_loader
-            if self.order is not None:  # loader.sampler shows the known order
+            if self.order is not None and self.order.rule == "seeded":  # shows the known order
                 self.sampler = OrderView(self._order, lambda: self._next_epoch)
                 self.batch_sampler = (
                     torch.utils.data.BatchSampler(self.sampler, batch_size, drop_last)
@@ -189,12 +196,14 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` run epoch ``epoch`` (keeps a loaded mid-epoch position).
 
-        A user sampler with ``set_epoch`` (e.g. `DistributedSampler`) is told too.
+        A user sampler with ``set_epoch`` (e.g. `DistributedSampler`) is told too. With
+        torch's order (no ``seed``) it only numbers the epoch: torch's draws pick the order.
         """
         if epoch < 0:
             raise ValueError(f"epoch={epoch} must be >= 0")
         if epoch != self._next_epoch:
             self._pending_start = 0
+            self._resume = None
         self._next_epoch = epoch
         self._epoch_set = True
 
@@ -241,7 +250,17 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._order()
         epoch, start = self._next_epoch, self._pending_start
         self._next_epoch, self._pending_start = epoch + 1, 0
-        self._sampler.configure(epoch, start, forward_epoch=self._epoch_set)
+        loaded, self._resume = self._resume, None
+        if self._tail_pending:  # resume.py: the cut run stopped before its epoch's last pull
+            self._tail_pending = False
+            self._sampler.draw_tail()  # type: ignore[union-attr]
+        self._sampler.configure(
+            epoch,
+            start,
+            forward_epoch=self._epoch_set,
+            draw=loaded["draw"] if loaded else None,
+            tail_done=bool(loaded and loaded["tail_done"]),
+        )
         self._epoch_set = False
         self._position = position = [epoch, start]
         stats = self._stats
@@ -254,7 +273,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             base = worker_base_seed(seed=self.seed, epoch=epoch, rank=self.rank)
             self._worker_seeds.manual_seed(base)
         length = len(self._sampler)
-        torch_iter = _start(self._inner)  # starts workers now, so they prefetch
+        torch_iter = _start(self._inner, loaded)  # starts workers now, so they prefetch
+        self._base_seed = getattr(torch_iter, "_base_seed", None)
         if self._coordination is not None:  # issue 18: map the group's published batches
             torch_iter = self._coordination.receive(torch_iter, epoch, start)
         end = lambda: stats.close_epoch(position[0], self._source_stats())  # noqa: E731
@@ -293,52 +313,18 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
 
     # Resume --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The loader's position as JSON-safe ints: where the next batch would come from."""
+        """The loader's position as JSON-safe values: where the next batch would come from
+        (with torch's order, also what the running epoch drew: see `unstall.loader.resume`)."""
         self._need_map_style("state_dict")
-        if self._position is None:
-            epoch, done = self._next_epoch, self._pending_start
-        else:
-            epoch, done = self._position
-            if done >= len(self):
-                epoch, done = epoch + 1, 0
-        return {
-            "version": STATE_VERSION,
-            "epoch": epoch,
-            "batches_done": done,
-            "seed": self.seed,
-            "num_samples": len(self.dataset),
-            "batch_size": self.batch_size,
-            "rank": self.rank,
-            "world_size": self.world_size,
-        }
+        return resume.state_of(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next ``iter()``: the exact remaining batches.
 
-        A loader made without ``seed`` (or ``generator``) takes the saved seed.
+        A loader made without ``seed`` takes a saved seed (and unstall's order with it).
         """
         self._need_map_style("load_state_dict")
-        missing = {"epoch", "batches_done", "seed"} - set(state)
-        if missing:
-            raise ValueError(f"loader state lacks keys {sorted(missing)}; got {sorted(state)}")
-        if not self._seed_given and state["seed"] != self.seed:
-            self._adopt_seed(int(state["seed"]))
-        for key in ("seed", "num_samples", "batch_size", "world_size", "rank"):
-            mine = len(self.dataset) if key == "num_samples" else getattr(self, key)
-            if key in state and state[key] != mine:
-                raise ValueError(
-                    f"loader state has {key}={state[key]!r} but this loader has {key}={mine!r}; "
-                    "resume with the same dataset, seed, batch size and world size"
-                )
-        self._next_epoch = int(state["epoch"])
-        self._pending_start = int(state["batches_done"])
-        self._position = None
-
-    def _adopt_seed(self, seed: int) -> None:
-        self.seed = seed
-        if self.order is not None:
-            self.order = replace(self.order, seed=seed)
-            self._sampler.spec = self.order  # type: ignore[union-attr]
+        resume.load(self, state)
 
     def _need_map_style(self, what: str) -> None:
         if self._passthrough:
@@ -394,11 +380,21 @@ def _config_overrides() -> dict[str, Any]:
 __all__ = ["DataLoader"]
 
 
-def _start(inner: Any) -> Any:
+def _start(inner: Any, loaded: dict[str, Any] | None = None) -> Any:
     """``iter(inner)`` (torch's loader: starts its workers); a worker that dies while it
-    starts leaves no queue lock held (see `unstall.loader.worker_death`)."""
+    starts leaves no queue lock held (see `unstall.loader.worker_death`).
+
+    ``loaded``: a resumed torch-order epoch, whose workers' base seed its first run drew
+    already: a private generator, seeded from the saved one, gives it instead.
+    """
+    own = inner.generator
+    if loaded is not None:
+        inner.generator = torch.Generator()
+        inner.generator.manual_seed(int(loaded.get("base_seed") or 0) % 2**63)
     try:
         return iter(inner)
     except BaseException as exc:
         release_stuck_locks(exc)
         raise
+    finally:
+        inner.generator = own

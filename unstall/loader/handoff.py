@@ -48,6 +48,8 @@ def pack(batch: Any) -> Any:
     if isinstance(batch, torch.Tensor):
         if (
             batch.device.type == "cpu"
+            and batch.layout == torch.strided  # not nested or sparse: numel/numpy refuse those
+            and not batch.is_nested
             and batch.dtype in _NUMPY_DTYPES
             and batch.numel() * batch.element_size() <= INLINE_MAX_BYTES
             and not batch.requires_grad

@@ -70,6 +70,13 @@ class _Timed:
     def __iter__(self) -> Any:
         return self
 
+    def __getattr__(self, name: str) -> Any:
+        """torch's iterator's own attributes (e.g. ``_workers``, which torch's tests read)."""
+        inner = self.__dict__.get("_torch_iter")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
+
     def _handed_out(self, now: float, wait: float, batch: Any) -> None:
         """Book one batch handed out at ``now`` after ``wait`` seconds in ``__next__``."""
         stats = self._stats

@@ -10,9 +10,10 @@ import torch
 
 
 def resolve_seed(seed: int | None, generator: torch.Generator | None, world_size: int) -> int:
-    """The order's seed: ``seed``; else drawn from ``generator``; else, as torch's shuffling
-    follows its global RNG, ``torch.initial_seed()`` (fixed by ``torch.manual_seed``, new
-    in each unseeded run); with several ranks 0, as `DistributedSampler`, so shards agree."""
+    """The seed of unstall's order (asked for by ``seed``, shards or ``coordinate``):
+    ``seed``; else drawn from ``generator``; else ``torch.initial_seed()`` (fixed by
+    ``torch.manual_seed``, new in each unseeded run); with several ranks 0, as
+    `DistributedSampler`, so shards agree. Without those options torch's order is followed."""
     if seed is not None:
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"seed={seed!r} must be a non-negative int")

@@ -1,7 +1,9 @@
-"""Sample order as a pure function of (seed, epoch, rank, world size).
+"""Sample order as a pure function of (seed, epoch, rank, world size), or torch's own.
 
-Because the order of every epoch is known in advance, caches, prefetchers and
-coordinating jobs can look ahead, and resume is "recompute, then skip".
+With unstall's ``seed`` (or a shard), the order of every epoch is known in advance, so
+caches, prefetchers and coordinating jobs can look ahead, and resume is "recompute,
+then skip". Without them the order is torch's `RandomSampler`'s (`torch_order.py`),
+drawn when the epoch starts and recorded, so resume is still "recompute, then skip".
 """
 
 from __future__ import annotations
@@ -14,6 +16,14 @@ from typing import Any
 
 import numpy as np
 import torch.utils.data
+
+from unstall.loader.torch_order import (
+    draw_key,
+    draw_order,
+    permutation,
+    trailing_draw,
+    unshuffled_key,
+)
 
 
 def epoch_permutation(n: int, *, seed: int, epoch: int) -> np.ndarray:
@@ -65,6 +75,7 @@ class OrderSpec:
     permute: Callable[[int, int], np.ndarray | None] | None = field(
         default=None, compare=False, repr=False
     )
+    rule: str = "seeded"  # "torch": torch's RandomSampler order, from each epoch's draw
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -72,8 +83,12 @@ class OrderSpec:
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank={self.rank} must be in [0, world_size={self.world_size})")
 
-    def indices(self, epoch: int) -> np.ndarray:
-        """This rank's sample indices for ``epoch``, in the order they are loaded."""
+    def indices(self, epoch: int, draw: dict[str, Any] | None = None) -> np.ndarray:
+        """This rank's sample indices for ``epoch``, in the order they are loaded.
+
+        A dataset's own order (``permute``, e.g. a shard-window shuffle) comes first;
+        ``draw``: with the torch rule, what the epoch drew (`torch_order.draw_order`).
+        """
         own = self.permute(self.seed, epoch) if self.shuffle and self.permute else None
         if own is not None:
             order = np.asarray(own, dtype=np.int64)
@@ -82,6 +97,10 @@ class OrderSpec:
                     f"the dataset's epoch_order gave {len(order)} indices for "
                     f"{self.num_samples} samples"
                 )
+        elif self.shuffle and self.rule == "torch":
+            if draw is None:
+                raise ValueError("a torch-order epoch is known only from its draw")
+            order = permutation(self.num_samples, draw)
         elif self.shuffle:
             order = epoch_permutation(self.num_samples, seed=self.seed, epoch=epoch)
         else:
@@ -99,9 +118,11 @@ class OrderSpec:
             return per_rank // self.batch_size
         return math.ceil(per_rank / self.batch_size)
 
-    def batches(self, epoch: int, start: int = 0) -> Iterator[list[int]]:
+    def batches(
+        self, epoch: int, start: int = 0, draw: dict[str, Any] | None = None
+    ) -> Iterator[list[int]]:
         """The batches of ``epoch`` from batch number ``start`` on, as index lists."""
-        order = self.indices(epoch)
+        order = self.indices(epoch, draw)
         bs = self.batch_size
         for b in range(start, self.num_batches()):
             yield order[b * bs : (b + 1) * bs].tolist()
@@ -115,28 +136,96 @@ class PlanSampler(torch.utils.data.Sampler):
     ``lookahead=W`` (the number of workers, when the store can prefetch), each
     batch is a `Planned` list that also names batch ``b + W``: the next one torch
     will give the same worker, whose fetches can then start early.
+
+    With the torch rule it draws as torch's `RandomSampler` under a `BatchSampler`
+    (``generator``: the loader's, or None for torch's global one), at the same moments:
+    the epoch's draw at its first index, the tail ``randperm`` when it runs out.
+    ``draw`` is then ``(epoch, what was drawn)`` and ``tail`` ``"pending"`` or ``"done"``
+    (None when the tail draws nothing: no shuffling, or torch's global RNG), for `state_dict`.
     """
 
-    def __init__(self, spec: OrderSpec, lookahead: int = 0):
+    def __init__(
+        self, spec: OrderSpec, lookahead: int = 0, generator: torch.Generator | None = None
+    ):
         self.spec = spec
         self.lookahead = lookahead
+        self.generator = generator
         self.epoch = 0
         self.start = 0
+        self.draw: tuple[int, dict[str, Any]] | None = None
+        self.tail: str | None = None
+        self._replay: dict[str, Any] | None = None
+        self._tail_done = False
 
-    def configure(self, epoch: int, start: int, *, forward_epoch: bool = False) -> None:
+    def configure(
+        self,
+        epoch: int,
+        start: int,
+        *,
+        forward_epoch: bool = False,
+        draw: dict[str, Any] | None = None,
+        tail_done: bool = False,
+    ) -> None:
+        """Run ``epoch`` from batch ``start``; ``draw``: a resumed torch-order epoch's draw
+        (replayed instead of drawing again); ``tail_done``: its tail was drawn already."""
         self.epoch, self.start = epoch, start
+        self._replay, self._tail_done = draw, tail_done
+        self.draw = self.tail = None
+
+    def draw_tail(self) -> None:
+        """The tail ``randperm`` of an epoch a checkpoint cut short of its end (resume)."""
+        trailing_draw(self.spec.num_samples, self.generator)
 
     def __iter__(self) -> Iterator[list[int]]:
         # Each batch carries its key (seed, epoch, batch, rank): its augmentation is seeded
-        # from that alone (loader/batch_seed.py), never from the worker that prepares it.
+        # from that alone (pipeline/batch_seed.py), never from the worker that prepares it.
         spec, epoch = self.spec, self.epoch
-        keyed = (
-            _planned(b, None, (spec.seed, epoch, i, spec.rank))  # type: ignore[arg-type]
-            for i, b in enumerate(spec.batches(epoch, self.start), self.start)
-        )
+        if spec.rule == "torch":
+            keyed: Iterator[list[int]] = self._torch_batches(
+                epoch, self.start, self._replay, self._tail_done
+            )
+        else:
+            keyed = (
+                _planned(b, None, (spec.seed, epoch, i, spec.rank))  # type: ignore[arg-type]
+                for i, b in enumerate(spec.batches(epoch, self.start), self.start)
+            )
         if self.lookahead <= 0:
             return keyed
         return _with_lookahead(keyed, self.lookahead)
+
+    def _torch_batches(
+        self, epoch: int, start: int, replay: dict[str, Any] | None, tail_done: bool
+    ) -> Iterator[list[int]]:
+        """torch's batches and draws (a generator: nothing is drawn before the first index).
+
+        Keys only name the batch for unstall's own pipelines (``reseed=False``): a plain
+        dataset sees torch's per-worker seeding, ``worker_init_fn`` included.
+        """
+        spec, gen = self.spec, self.generator
+        n, bs = spec.num_samples, spec.batch_size
+        if spec.shuffle:
+            draw = replay if replay is not None else draw_order(gen)
+            self.draw = (epoch, draw)
+            order = permutation(n, draw, gen if replay is None else None)
+            key_seed = draw_key(draw)
+            if gen is not None:
+                self.tail = "done" if tail_done else "pending"
+        else:
+            order, key_seed = np.arange(n, dtype=np.int64), unshuffled_key(gen)
+        full, total = n // bs, spec.num_batches()
+        for b in range(start, total):
+            if b == full:  # the last, partial batch: the sampler ran out filling it
+                self._tail(n, gen)
+            yield _planned(
+                order[b * bs : (b + 1) * bs].tolist(), None, (key_seed, epoch, b, 0), False
+            )
+        if total == full:  # the pull after the last full batch finds the sampler empty
+            self._tail(n, gen)
+
+    def _tail(self, n: int, gen: torch.Generator | None) -> None:
+        if self.tail == "pending":
+            trailing_draw(n, gen)
+            self.tail = "done"
 
     def __len__(self) -> int:
         return self.spec.num_batches() - self.start
@@ -149,15 +238,21 @@ def _with_lookahead(batches: Iterator[list[int]], distance: int) -> Iterator[lis
         pending.append(batch)
         if len(pending) > distance:
             first = pending.popleft()
-            yield _planned(first, list(batch), getattr(first, "key", None))
+            yield _planned(first, list(batch), *_key_of(first))
     while pending:
         first = pending.popleft()
-        yield _planned(first, [], getattr(first, "key", None))
+        yield _planned(first, [], *_key_of(first))
+
+
+def _key_of(batch: list[int]) -> tuple[Any, bool]:
+    return getattr(batch, "key", None), getattr(batch, "reseed", True)
 
 
 class Planned(list):
     """A batch's indices, plus ``ahead``: the batch this worker will be given next,
-    and ``key``: (seed, epoch, batch, rank), from which its augmentation is seeded.
+    ``key``: (seed, epoch, batch, rank), from which its augmentation is seeded, and
+    ``reseed``: whether torch's, numpy's and `random`'s global generators are reseeded
+    from the key too (unstall's order), or only unstall's own pipelines follow it.
 
     torch hands tasks to workers in turn, so with W workers the batch after
     batch ``b`` in the same worker is ``b + W``: the worker starts fetching it
@@ -167,15 +262,17 @@ class Planned(list):
 
     ahead: list[int]
     key: tuple[int, int, int, int] | None  # (seed, epoch, batch, rank): seeds its augmentation
+    reseed: bool
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_planned, (list(self), self.ahead, self.key))
+        return (_planned, (list(self), self.ahead, self.key, self.reseed))
 
 
-def _planned(indices: list[int], ahead: list[int], key: Any = None) -> Planned:
+def _planned(indices: list[int], ahead: list[int], key: Any = None, reseed: bool = True) -> Planned:
     batch = Planned(indices)
     batch.ahead = ahead
     batch.key = key
+    batch.reseed = reseed
     return batch
 
 
@@ -209,7 +306,9 @@ class UserBatchSampler(torch.utils.data.Sampler):
         self.epoch = 0
         self.start = 0
 
-    def configure(self, epoch: int, start: int, *, forward_epoch: bool = False) -> None:
+    def configure(
+        self, epoch: int, start: int, *, forward_epoch: bool = False, **_torch_order: Any
+    ) -> None:
         """Skip ``start`` batches; with ``forward_epoch`` (the user called the loader's
         ``set_epoch``) also tell the user's sampler, which torch never does by itself."""
         self.epoch, self.start = epoch, start

@@ -84,7 +84,7 @@ class Arena:
 def collate_into(samples: list[Any], arena: Arena) -> Any:
     """`default_collate` of tensors, tuples, lists, dicts; big tensors stacked into the slot."""
     elem = samples[0]
-    if type(elem) is torch.Tensor:
+    if type(elem) is torch.Tensor and _plain(elem):
         shape = (len(samples), *elem.shape)
         if torch.Size(shape).numel() * elem.element_size() > INLINE_MAX_BYTES and all(
             type(s) is torch.Tensor and s.shape == elem.shape and s.dtype == elem.dtype
@@ -106,8 +106,9 @@ def collate_into(samples: list[Any], arena: Arena) -> Any:
 def move_into(batch: Any, arena: Arena) -> Any:
     """Copy big tensors of an already collated batch into the slot; small ones travel inline."""
     if isinstance(batch, torch.Tensor):
-        nbytes = batch.numel() * batch.element_size()
-        if nbytes <= INLINE_MAX_BYTES or type(batch) is not torch.Tensor or batch.is_cuda:
+        if type(batch) is not torch.Tensor or batch.is_cuda or not _plain(batch):
+            return batch
+        if batch.numel() * batch.element_size() <= INLINE_MAX_BYTES:
             return batch
         taken = arena.take(tuple(batch.shape), batch.dtype)
         if taken is None:
@@ -122,3 +123,8 @@ def move_into(batch: Any, arena: Arena) -> Any:
     if type(batch) is dict:
         return {k: move_into(v, arena) for k, v in batch.items()}
     return batch
+
+
+def _plain(t: torch.Tensor) -> bool:
+    """A dense strided tensor (nested and sparse ones have no flat bytes to place)."""
+    return t.layout == torch.strided and not t.is_nested

@@ -242,7 +242,7 @@ def batch_size_of(batch: Any) -> int:
     or the length of a list of plain samples (bytes, numbers, strings)."""
     while True:
         if isinstance(batch, torch.Tensor):
-            return int(batch.shape[0]) if batch.dim() > 0 else 1
+            return int(batch.size(0)) if batch.dim() > 0 else 1  # nested: no .shape
         if isinstance(batch, dict) and batch:
             batch = next(iter(batch.values()))
         elif isinstance(batch, (list, tuple)) and batch:

@@ -2,8 +2,11 @@
 
 Not on which worker, process or job prepares it, so ``num_workers`` does not change
 what a run sees, and jobs of a coordinated group can share one prepared batch.
-Before preparing a tagged batch the task reseeds torch, numpy and `random` and
-bumps a generation counter that `ImagePipeline` watches to rebuild its stream.
+Before preparing a tagged batch the task bumps a generation counter that
+`ImagePipeline` watches to rebuild its stream and, for batches of unstall's own order
+(``seed=``, shards, coordination; ``reseed``), reseeds torch, numpy and `random` too.
+A loader that follows torch's order leaves those alone: a plain dataset then sees
+torch's per-worker seeding (``base_seed + worker_id``, or its ``worker_init_fn``'s).
 """
 
 from __future__ import annotations
@@ -27,16 +30,18 @@ def batch_seed(*, seed: int, epoch: int, batch: int, rank: int = 0) -> int:
 
 
 def seed_batch(task: Any) -> None:
-    """Reseed torch, numpy and `random` for a task tagged with ``key`` (untagged: no-op)."""
+    """Set the batch seed for a task tagged with ``key`` (untagged: no-op); with its
+    ``reseed`` (the default) reseed torch, numpy and `random` from it as well."""
     if type(task) is tuple:
         task = task[0]
     key = getattr(task, "key", None)
     if key is None:
         return
     s = batch_seed(seed=key[0], epoch=key[1], batch=key[2], rank=key[3])
-    torch.manual_seed(s)
-    random.seed(s)
-    np.random.seed(s % 2**32)
+    if getattr(task, "reseed", True):
+        torch.manual_seed(s)
+        random.seed(s)
+        np.random.seed(s % 2**32)
     _current[0] = s
     _current[1] += 1
 
@@ -50,9 +55,14 @@ def batch_rng(task: Any) -> Iterator[None]:
     if getattr(task, "key", None) is None:
         yield
         return
-    if torch.utils.data.get_worker_info() is not None:
+    in_worker = torch.utils.data.get_worker_info() is not None
+    if in_worker or not getattr(task, "reseed", True):  # torch's order: the RNGs stay torch's
         seed_batch(task)
-        yield
+        try:
+            yield
+        finally:
+            if not in_worker:
+                _current[0] = None
         return
     py, np_state = random.getstate(), np.random.get_state()
     try:
