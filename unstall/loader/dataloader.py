@@ -242,10 +242,12 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
 
     def _new_iterator(self) -> Any:
         if self._passthrough:
+            asked = self._inner._IterableDataset_len_called  # torch warns past a length asked
             try:  # an iterable dataset with __len__ has a length (torch's estimate)
                 length: int | None = len(self._inner)
             except TypeError:
                 length = None
+            self._inner._IterableDataset_len_called = asked  # only the user's len() counts
             return PassthroughIterator(self, _start(self._inner), self._stats, length)
         self._order()
         epoch, start = self._next_epoch, self._pending_start
