@@ -13,6 +13,7 @@ asked for more (Lightning stops after ``len(loader)`` batches).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -216,14 +217,18 @@ class SizedIterator(_Timed):
         self.end_epoch()
 
 
+def _record(stats: LoaderStats) -> None:
+    """An iterable dataset's epoch, recorded when it completes."""
+    stats.close_epoch(stats.epochs_completed - 1, {})
+
+
 class PassthroughIterator(_Timed):
     """torch's own iterator (iterable datasets), with the training loop's waits timed."""
 
     def __init__(self, loader: Any, torch_iter: Any, stats: LoaderStats, length: int | None):
-        super().__init__(loader, torch_iter, stats, length, self._record_epoch)
-
-    def _record_epoch(self) -> None:
-        self._stats.close_epoch(self._stats.epochs_completed - 1, {})
+        # not a bound method: the iterator must not hold itself (a cycle keeps torch's
+        # iterator, and persistent workers, alive after `del` until the next gc)
+        super().__init__(loader, torch_iter, stats, length, functools.partial(_record, stats))
 
     def __len__(self) -> int:
         return len(self._torch_iter)
