@@ -52,11 +52,18 @@ class Watch:
     index: int
     burst: int
     handed: list[Handout] = field(default_factory=list)
-    segs: dict[int, int] = field(default_factory=dict)  # id(iterator position) -> segment
+    segs: dict[int, int] = field(default_factory=dict)  # segment per iterator
+    last: Any = None  # the current iterator's position list, held (its id is never reused)
 
     def seg_of(self) -> int:
-        key = id(getattr(self.loader, "_position", None))
-        return self.segs.setdefault(key, len(self.segs))
+        """The segment (one per iterator) of the batch just handed out: a new ``iter()``
+        makes a new position list; identity, not ``id()``, which a freed list's successor
+        may share."""
+        position = getattr(self.loader, "_position", None)
+        if position is not self.last or not self.segs:
+            self.last = position
+            self.segs[len(self.segs)] = len(self.segs)
+        return len(self.segs) - 1
 
 
 class Agent:
@@ -119,7 +126,7 @@ class Agent:
                 self._fetching = False
             watch.n = _batch_len(watch.batch)  # type: ignore[attr-defined]
         seg = len(watch.segs)
-        watch.segs[-seg - 1] = seg
+        watch.segs[seg] = seg
         for _ in range(length) if length is not None else itertools.count():
             watch.handed.append(_handout(0.0, watch.n, seg))  # type: ignore[attr-defined]
             self._check(watch)
