@@ -147,7 +147,7 @@ def analysis_of(
     workers = int(cold["num_workers"] or 0)
     batch = int(cold["batch_size"] or 0) or max(1, round(figs["cold"].samples / figs["cold"].steps))
     cores = cores_available()
-    d = derive(figs, cores=cores, workers=workers, batch=batch)
+    d = derive(figs, cores=cores, workers=workers)
     notes = [
         f"each run measured {window['steps']}+ steps and {window['min_s']:g}+ s of steady state "
         f"after each iterator's start-up burst ({docs['cold']['burst']} batches: "

@@ -119,7 +119,7 @@ class ScriptRates:
     ingestion_alone: float = 0.0
 
 
-def derive(runs: dict[str, WindowFigures], *, cores: int, workers: int, batch: int) -> ScriptRates:
+def derive(runs: dict[str, WindowFigures], *, cores: int, workers: int) -> ScriptRates:
     """G, the workers' CPU and I/O per sample, cores left to them; stall shares that add up."""
     syn, cold, cached = runs["synthetic"], runs["cold"], runs["cached"]
     # the model alone: its median step, bursts aside

@@ -327,9 +327,7 @@ def _map(
     ``"foreign"`` (not a segment: too short, or another layout's header)."""
     try:
         fd = os.open(path, os.O_RDWR)
-    except IsADirectoryError:
-        return "missing"
-    except skip:
+    except (IsADirectoryError, *skip):
         return "missing"
     try:
         return ShmCache(fd, path)
