@@ -164,3 +164,26 @@ def test_torchrun_gives_one_summary_row_per_rank(tmp_path):
     assert all(p["loaders"][0]["batches"] == 10 for p in procs)
     assert "rank 0" in done.stderr and "rank 1" in done.stderr
     assert os.path.basename(procs[0]["argv"][0]) == "train.py"
+
+
+def test_a_script_making_unstalls_loader_itself_is_watched(tmp_path):
+    """A script that makes ``unstall.DataLoader`` and never names torch's (no swap by
+    lookup) still gets its report: the first loader it makes starts the watch."""
+    body = """
+    import torch, unstall
+
+    class D(torch.utils.data.Dataset):
+        def __len__(self): return 40
+        def __getitem__(self, i): return i
+
+    loader = unstall.DataLoader(D(), batch_size=4, shuffle=True, num_workers=2)
+    assert sorted(int(i) for b in loader for i in b) == list(range(40))
+    """
+    out = tmp_path / "run.json"
+    path = script(tmp_path, "direct.py", body)
+    done = unstall_run("--json", str(out), "--", sys.executable, str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "where the training loop waited for data" in done.stderr
+    (proc,) = json.loads(out.read_text())["processes"]
+    (row,) = proc["loaders"]
+    assert (row["batches"], row["samples"], row["num_workers"]) == (10, 40, 2)

@@ -11,7 +11,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="list or remove cache tiers (shared memory and local disk)",
         description="Tiers of unstall.Cache on this node: shared-memory segments (in /dev/shm, "
         "or $UNSTALL_SHM_DIR) and local-disk tiers (in $UNSTALL_CACHE_DIR/tiers, default "
-        "~/.cache/unstall/tiers); one per dataset, shared by all jobs of a user.",
+        "~/.cache/unstall/tiers); one per dataset, shared by all jobs of a user; and whole "
+        "remote shards copied by sharded datasets ($UNSTALL_CACHE_DIR/shards/files).",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     ls = actions.add_parser("list", help="table of tiers: capacity, use, disk space, live users")
@@ -41,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     if args.action == "clear":
-        removed = clear_caches(args.name, force=args.force)
+        from unstall.data.shards.shard_files import clear_copies
+
+        removed = clear_caches(args.name, force=args.force) + clear_copies(args.name)
         for name in removed:
             console.print(f"removed {name}")
         if args.name and not removed:
@@ -56,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    rows = list_caches(everyone=getattr(args, "all", False))
+    from unstall.data.shards.shard_files import list_copies
+
+    rows = list_caches(everyone=getattr(args, "all", False)) + list_copies()
     if not rows:
         console.print(f"no unstall cache segments in {shm_dir()} or {tier_dir()}")
         return 0
@@ -66,6 +71,11 @@ def run(args: argparse.Namespace) -> int:
         left = col in ("tier", "name", "dataset", "policy")
         table.add_column(col, justify="left" if left else "right", overflow="fold")
     for r in rows:
+        if r["tier"] == "shards":  # whole remote shards copied by a sharded dataset
+            size = format_bytes(r["file_bytes"])
+            table.add_row("shards", r["name"], r["location"], "-", "-", size,
+                          f"{r['shards']:,} shards", size, "-")  # fmt: skip
+            continue
         cap = r["capacity_bytes"]
         table.add_row(
             r["tier"],

@@ -22,12 +22,15 @@ if TYPE_CHECKING:
 _started = False
 
 
-class _AfterTorch:
-    """A meta path finder that finds nothing itself; wraps torch's loader so
-    `_torch_loaded` runs after it."""
+class _After:
+    """A meta path finder that finds nothing itself; wraps module ``name``'s loader so
+    ``then(module)`` runs right after the module is executed (once)."""
+
+    def __init__(self, name: str, then: Any):
+        self.name, self.then = name, then
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "torch":
+        if name != self.name:
             return None
         import importlib.util
 
@@ -40,7 +43,7 @@ class _AfterTorch:
 
         def exec_module(module: Any) -> None:
             run(module)
-            _torch_loaded()
+            self.then(module)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -55,7 +58,16 @@ def start() -> None:
     if "torch" in sys.modules:
         _torch_loaded()
     else:
-        sys.meta_path.insert(0, _AfterTorch())
+        sys.meta_path.insert(0, _After("torch", lambda _module: _torch_loaded()))
+    # a script that makes unstall.DataLoader itself never looks up torch's: its first loader
+    # starts the swap (the hooks module is tiny; importing the loader here would cost)
+    hooks = sys.modules.get("unstall.loader.hooks")
+    if hooks is not None:
+        hooks.before_first_loader(_swap_now)
+    else:
+        sys.meta_path.insert(
+            0, _After("unstall.loader.hooks", lambda mod: mod.before_first_loader(_swap_now))
+        )
     atexit.register(_at_exit)
 
 
@@ -81,12 +93,13 @@ def _torch_loaded() -> None:
 
 _deferred: list[Any] = []  # [torch.utils.data, torch's DataLoader, its own __getattr__]
 _swapping = False
+_swapped = False
 
 
 def _swap_now() -> Any:
     """Undo the deferral, swap in unstall's DataLoader and start the report; returns the
     class ``torch.utils.data.DataLoader`` now names."""
-    global _swapping
+    global _swapping, _swapped
     if _deferred:
         module, original, previous = _deferred
         _deferred.clear()
@@ -95,11 +108,12 @@ def _swap_now() -> Any:
             vars(module).pop("__getattr__", None)
         else:
             module.__getattr__ = previous
-    if _swapping:  # looked up while unstall's loader is being imported: torch's own
-        return sys.modules["torch.utils.data"].DataLoader
+    if _swapping or _swapped:  # looked up while unstall's loader is being imported (torch's
+        return sys.modules["torch.utils.data"].DataLoader  # own), or swapped already
     _swapping = True
     try:
         _swap()
+        _swapped = True
     finally:
         _swapping = False
     return sys.modules["torch.utils.data"].DataLoader

@@ -122,6 +122,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         a = dict(locals())
         for name in ("self", "dataset", "__class__"):
             a.pop(name, None)
+        hooks.first_loader()  # `unstall run` / analyze start watching a script's own loaders
         a.update(_config_overrides())
         torch_args = {k: v for k, v in a.items() if k not in _EXTRAS}
         # torch checks the options and sets the attributes it exposes, exactly as its own.
@@ -160,6 +161,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self.rank, self.world_size = resolve_world(a["rank"], a["world_size"])
             self._seed_given = a["seed"] is not None
             unstall_order = any(a[k] is not None for k in ("seed", "rank", "world_size"))
+            # a dataset with its own epoch order (shards) draws its seed as torch would
+            unstall_order = unstall_order or callable(getattr(dataset, "epoch_order", None))
             if unstall_order or a["coordinate"]:  # else torch's order and draws (resume.py)
                 self.seed = resolve_seed(a["seed"], generator, self.world_size)
             else:

@@ -30,6 +30,20 @@ class Observer(Protocol):
 
 
 _observers: list[tuple[Observer, bool]] = []  # (observer, whether its batch() takes samples)
+_before_first: list[Callable[[], Any]] = []
+
+
+def before_first_loader(callback: Callable[[], Any]) -> None:
+    """Run ``callback`` once, as the next unstall loader starts to be made: how `unstall run`
+    (which swaps torch's class on its first lookup) also watches a script that makes
+    ``unstall.DataLoader`` itself and never names torch's."""
+    _before_first.append(callback)
+
+
+def first_loader() -> None:
+    """Run the `before_first_loader` callbacks (each once); a single truth test after."""
+    while _before_first:
+        _before_first.pop(0)()
 
 
 def add_observer(observer: Observer) -> Callable[[], None]:

@@ -75,7 +75,10 @@ class SlotHandoff:
             self.slot_batches += 1
             watch: list[StorageWeakRef] = []
             out = pool.wrap(batch, watch)
-            self._in_use.append((pool, batch.index, watch))
+            if watch:
+                self._in_use.append((pool, batch.index, watch))
+            else:  # only bytes (copied out) or small leaves: nothing views the slot
+                pool.release(batch.index)
             return out
         batch = rebuild(batch)
         if self.size is None:

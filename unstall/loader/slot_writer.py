@@ -13,11 +13,20 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.utils.data
 
 from unstall.loader.handoff import INLINE_MAX_BYTES, pack
-from unstall.loader.slots import ALIGN, SlotBatch, SlotRef, SlotTensor, slot_dir
+from unstall.loader.slots import (
+    ALIGN,
+    BYTES_MIN,
+    SlotBatch,
+    SlotBytes,
+    SlotRef,
+    SlotTensor,
+    slot_dir,
+)
 
 
 class SlotWriter:
@@ -116,6 +125,13 @@ def move_into(batch: Any, arena: Arena) -> Any:
         out, offset = taken
         out.copy_(batch)
         return SlotTensor(offset, tuple(batch.shape), batch.dtype)
+    if type(batch) is bytes and len(batch) >= BYTES_MIN:
+        taken = arena.take((len(batch),), torch.uint8)
+        if taken is None:
+            return None
+        out, offset = taken
+        out.numpy()[:] = np.frombuffer(batch, dtype=np.uint8)
+        return SlotBytes(offset, len(batch))
     if type(batch) is tuple:
         return tuple(move_into(x, arena) for x in batch)
     if type(batch) is list:

@@ -39,7 +39,10 @@ def seed_batch(task: Any) -> None:
         return
     s = batch_seed(seed=key[0], epoch=key[1], batch=key[2], rank=key[3])
     if getattr(task, "reseed", True):
-        torch.manual_seed(s)
+        # the CPU generator only: ``torch.manual_seed`` also queues a lazy CUDA seeding that
+        # formats a stack trace each call (0.25 ms a batch) and, with no workers, would
+        # reseed the training loop's CUDA generators, which ``fork_rng(devices=[])`` keeps
+        torch.default_generator.manual_seed(s)
         random.seed(s)
         np.random.seed(s % 2**32)
     _current[0] = s

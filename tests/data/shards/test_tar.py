@@ -181,3 +181,25 @@ def test_fast_header_reader_matches_tarfile_and_pax_falls_back(tars, tmp_path):
     assert [(bytes(x), y) for x, y in (ds[i] for i in range(3))] == [
         (sample_bytes(n), n) for n in range(3)
     ]
+
+
+@pytest.mark.parametrize("shuffle", ["full", "window"])
+def test_unseeded_order_follows_torchs_seed(tars, shuffle):
+    """Without ``seed=``, the order comes from torch's seed as torch's own shuffle does: the
+    same after the same ``torch.manual_seed``, another after another (never a fixed 0)."""
+    import torch
+
+    ds = TarShards(tars[0].parent, shuffle=shuffle, window=2)
+
+    def first_epoch(seed: int) -> list[int]:
+        torch.manual_seed(seed)
+        loader = unstall.DataLoader(ds, batch_size=5, shuffle=True, collate_fn=ids_collate)
+        return epoch_ids(loader)
+
+    a, again, other = first_epoch(1), first_epoch(1), first_epoch(2)
+    assert a == again and sorted(a) == list(range(N))
+    assert other != a and sorted(other) == list(range(N))
+    seeded0 = epoch_ids(
+        unstall.DataLoader(ds, batch_size=5, shuffle=True, seed=0, collate_fn=ids_collate)
+    )
+    assert a != seeded0

@@ -3,6 +3,8 @@ range GETs; exactly once across workers and ranks, few requests, re-index, error
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import unstall
@@ -118,3 +120,73 @@ def test_resume_on_s3_is_exact(s3_tars, disk):
     url, _paths, opts = s3_tars
     ds = TarShards(url, disk=disk, shuffle="window", window=2, **opts)
     check_resume(lambda: _loader(ds), epochs=2)
+
+
+def test_downloads_survive_cut_and_reset_responses(s3_tars, seaweed):
+    """Whole-shard streams through a proxy that cuts or drops a third of the answers: every
+    sample's bytes still exact, each failed stream retried (counted)."""
+    from unstall.testing import DelayProxy
+
+    url, _paths, opts = s3_tars
+    faults = ("truncate", "reset")
+    with DelayProxy(seaweed.endpoint, fail_rate=0.35, faults=faults, seed=3) as proxy:
+        ds = TarShards(url, **{**opts, "endpoint": proxy.endpoint})
+        assert [ds[i][1] for i in range(N)] == list(range(N))
+        assert all(bytes(ds[i][0]) == sample_bytes(i) for i in range(N))
+        stats = ds.stats()["shards"]
+        assert sum(proxy.stats.faults.values()) > 0
+        assert stats["retries"] >= sum(proxy.stats.faults.values()) - 1  # the LIST may fail too
+        assert stats["requests"] >= SHARDS
+
+
+def test_named_cache_never_serves_a_rewritten_shard(s3_tars, upload):
+    """A cache that outlives a rewrite (named, so the new dataset maps the same segment):
+    the rewritten shard's samples are stale misses, the others hits."""
+    url, paths, opts = s3_tars
+    name = f"shards-{paths[0].parent.parent.name}"
+    with unstall.Cache("64MiB", name=name) as cache:
+        loader = _loader(TarShards(url, **opts), cache=cache)
+        assert sorted(epoch_ids(loader)) == list(range(N))
+        loader.close()
+        write_tar(paths[2], list(range(2 * PER_SHARD, 3 * PER_SHARD)), seed=9)
+        upload(url.split("/", 3)[3], [paths[2]])
+        ds = TarShards(url, **opts)
+        loader = unstall.DataLoader(ds, batch_size=5, shuffle=True, seed=1, num_workers=2,
+                                    collate_fn=_pairs, cache=cache)  # fmt: skip
+        got = {y: x for batch in loader for x, y in batch}
+        assert sorted(got) == list(range(N))
+        for n, x in got.items():  # the rewritten shard's new bytes, the others' as they were
+            assert x == sample_bytes(n, seed=9 if n // PER_SHARD == 2 else 0), n
+        per_epoch = loader.stats()["per_epoch"][-1]["cache"]
+        assert per_epoch["stale"] == PER_SHARD
+        assert per_epoch["hits"] == N - PER_SHARD
+        x, y = ds[2 * PER_SHARD]
+        assert y == 2 * PER_SHARD and bytes(x) == sample_bytes(2 * PER_SHARD, seed=9)
+        loader.close()
+
+
+def _pairs(batch):
+    return [(bytes(x), y) for x, y in batch]
+
+
+def test_cache_list_and_clear_show_shard_copies(s3_tars, capsys, monkeypatch):
+    """`unstall cache list` shows the local copies of remote shards (location, count, bytes);
+    `unstall cache clear URL` removes them; the next dataset fetches them again."""
+    from unstall.cli import main
+
+    monkeypatch.setenv("COLUMNS", "250")
+    url, paths, opts = s3_tars
+    ds = TarShards(url, **opts)
+    total = sum(p.stat().st_size for p in paths)
+    assert main(["cache", "list"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if url in line]
+    assert len(rows) == 1 and "shards" in rows[0] and f"{SHARDS} shards" in rows[0]
+    from unstall.cache.capacity import format_bytes
+
+    assert format_bytes(total) in rows[0]
+    assert main(["cache", "clear", url]) == 0
+    assert f"removed {url} (shard copies)" in capsys.readouterr().out
+    assert not os.path.exists(ds.files.dir)
+    again = TarShards(url, **opts)  # the index is kept; the copies come again on first read
+    assert [again[i][1] for i in range(N)] == list(range(N))
+    assert again.stats()["shards"]["requests"] == SHARDS

@@ -83,25 +83,13 @@ class ShardDataset(torch.utils.data.Dataset):
         self.label = self.default_label if label == "default" else label
         self.transform = transform
         self.shuffle_mode, self.window = shuffle, window
-        infos = self.location.listing(keys, self.suffixes)
-        total = sum(i.size for i in infos)
         self.files: ShardFiles | None = None
-        self.keep = False  # every remote shard copied to local disk once
-        self.windowed = False  # the current window's shards copied, older ones evicted
-        budget = total
         if self.location.remote:
-            from unstall.cache.tiers import auto_disk_bytes
-
-            budget = auto_disk_bytes(total) if disk == "auto" else int(disk)
-            self.keep = total <= budget
-            biggest = max((i.size for i in infos), default=0)
-            self.windowed = (
-                not self.keep and shuffle == "window" and budget >= (window + 1) * biggest > 0
-            )
             self.files = ShardFiles(self.location.url)
-            self.files.remove_stale(infos)
-        self.disk_budget = budget
-        self.index = ShardIndex(*self._tables(infos))
+        # LIST, budget, downloads and indexing in one forked child for remote shards
+        infos, tables, state = self.location.forked(self._survey, keys, disk)
+        self.__dict__.update(state)
+        self.index = ShardIndex(infos, tables)
         if len(self.index) == 0:
             raise EmptyDatasetError(f"the shards under {self.location.url!r} hold no samples")
         self._check_fields()
@@ -116,6 +104,35 @@ class ShardDataset(torch.utils.data.Dataset):
         return self.index.spans, None
 
     # Index ------------------------------------------------------------------------------
+    def _survey(
+        self, keys: list[str] | None, disk: int | str
+    ) -> tuple[list[ShardInfo], list[ShardTable], dict[str, Any]]:
+        """The shards (listed), each one's table, and the attributes the survey set (how
+        remote shards are read; a format's own, e.g. MDS columns), to set in the caller."""
+        before = set(vars(self))
+        infos = self.location.listing(keys, self.suffixes)
+        total = sum(i.size for i in infos)
+        #: keep: every remote shard copied to local disk once; windowed: the current
+        #: window's shards copied, older ones evicted
+        self.keep = self.windowed = False
+        budget = total
+        if self.location.remote:
+            from unstall.cache.tiers import auto_disk_bytes
+
+            budget = auto_disk_bytes(total) if disk == "auto" else int(disk)
+            self.keep = total <= budget
+            biggest = max((i.size for i in infos), default=0)
+            self.windowed = (
+                not self.keep
+                and self.shuffle_mode == "window"
+                and budget >= (self.window + 1) * biggest > 0
+            )
+            assert self.files is not None
+            self.files.remove_stale(infos)
+        self.disk_budget = budget
+        infos, tables = self._tables(infos)
+        return infos, tables, {k: v for k, v in vars(self).items() if k not in before}
+
     def _tables(self, infos: list[ShardInfo]) -> tuple[list[ShardInfo], list[ShardTable]]:
         """The shards and each one's table: stored ones reused, the others built (`_build`)."""
         directory = index_dir(self.location.url, self.kind)
@@ -155,11 +172,30 @@ class ShardDataset(torch.utils.data.Dataset):
         return f"{self.shard_of(index).key}:{self.index.keys[index]}"
 
     def fingerprint(self) -> str:
-        """Identifies the data: format, location, and every shard's key, size and version."""
+        """Identifies the data: format, location and layout (`ShardIndex.fingerprint`)."""
         digest = hashlib.blake2b(f"{self.kind}\0{self.location.url}\0".encode(), digest_size=16)
         digest.update(self.index.fingerprint().encode())
         digest.update(b"image-only" if self.direct else b"whole-sample")  # what raw bytes hold
         return digest.hexdigest()
+
+    def versions(self) -> np.ndarray:
+        """Each sample's version (int64): its shard's size and ETag or mtime, hashed, so a
+        cache that outlives a rewrite (``Cache(name=...)``, kept segments) never serves it."""
+        if getattr(self, "_versions", None) is None:
+            per_shard = np.array(
+                [
+                    int.from_bytes(
+                        hashlib.blake2b(f"{s.size}:{s.version}".encode(), digest_size=8).digest(),
+                        "little",
+                        signed=True,
+                    )
+                    or 1
+                    for s in self.index.shards
+                ],
+                dtype=np.int64,
+            )
+            self._versions = per_shard[self.index.sample_shard]
+        return self._versions
 
     def fetch(self, indices: Sequence[int]) -> list[bytes]:
         """Raw bytes (the shard span) of each sample, in order."""

@@ -162,8 +162,15 @@ class ShardIndex:
         return [(self.fields[f], o, s) for f, o, s in self.member_rows[a:b].tolist()]
 
     def fingerprint(self) -> str:
-        """Names the data: every shard's key, size and version."""
+        """Names the layout: every shard's key and sample count, and every sample's key.
+
+        Not the shards' versions: a shard rewritten with the same samples keeps the
+        fingerprint (and a cache's other hits); its samples' bytes are then stale misses
+        by `ShardDataset.versions`, never served.
+        """
         digest = hashlib.blake2b(digest_size=16)
-        for s in self.shards:
-            digest.update(f"{s.key}\0{s.size}\0{s.version}\n".encode())
+        counts = np.diff(self.shard_first).tolist()
+        for s, n in zip(self.shards, counts, strict=True):
+            digest.update(f"{s.key}\0{n}\n".encode())
+        digest.update(self.keys._blob)
         return digest.hexdigest()

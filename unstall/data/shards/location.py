@@ -156,6 +156,16 @@ class Location:
         work = [(i.key, dest, i.size, i.version or None) for i, dest in items]
         return self._call("download_many", work, then)
 
+    def forked(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``: in a forked child when this process must not make requests (it made
+        the location and forks loader workers later), so a whole survey (LIST, downloads,
+        indexing) costs one child and one client; here otherwise."""
+        if not self.remote or os.getpid() != self._owner:
+            return fn(*args)
+        from unstall.data.shards.s3_client import fork_call
+
+        return fork_call(f"reading the shards under {self.url}", fn, *args)
+
     def _call(self, op: str, *args: Any) -> Any:
         from unstall.data.shards.s3_client import ShardClient, child_call
 

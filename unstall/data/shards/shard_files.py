@@ -14,11 +14,19 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import shutil
 from collections.abc import Iterable
 from typing import Any
 
 from unstall.cache.disk_tier import cache_dir
 from unstall.data.shards.index import ShardInfo
+
+LOCATION_FILE = "location.txt"
+
+
+def files_root() -> str:
+    """Where every location's shard copies are: ``$UNSTALL_CACHE_DIR/shards/files``."""
+    return os.path.join(cache_dir(), "shards", "files")
 
 
 class ShardFiles:
@@ -26,8 +34,15 @@ class ShardFiles:
 
     def __init__(self, location_url: str, directory: str | None = None):
         digest = hashlib.blake2b(location_url.encode(), digest_size=12).hexdigest()
-        self.dir = directory or os.path.join(cache_dir(), "shards", "files", digest)
+        self.dir = directory or os.path.join(files_root(), digest)
         os.makedirs(self.dir, exist_ok=True)
+        named = os.path.join(self.dir, LOCATION_FILE)
+        if not os.path.exists(named):  # what these copies are of, for `unstall cache list`
+            with contextlib.suppress(OSError):
+                tmp = f"{named}.{os.getpid()}.tmp"
+                with open(tmp, "w") as f:
+                    f.write(location_url)
+                os.replace(tmp, named)
         self._fds: dict[str, tuple[int, int]] = {}
         self.downloaded = 0  # shards this process fetched
 
@@ -152,3 +167,52 @@ def _unlock(fd: int) -> None:
     with contextlib.suppress(OSError):
         fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
+
+
+def list_copies() -> list[dict[str, Any]]:
+    """One dict per location with local shard copies: `unstall cache list`."""
+    out = []
+    root = files_root()
+    if not os.path.isdir(root):
+        return out
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        try:
+            with open(os.path.join(path, LOCATION_FILE)) as f:
+                url = f.read().strip()
+        except OSError:
+            url = "?"
+        files = ShardFiles.__new__(ShardFiles)
+        files.dir = path
+        try:
+            held = files.held_bytes()
+            count = sum(1 for e in os.scandir(path) if "." not in e.name)
+        except OSError:
+            continue
+        out.append({"tier": "shards", "name": name, "location": url, "path": path,
+                    "file_bytes": held, "shards": count})  # fmt: skip
+    return out
+
+
+def clear_copies(name: str | None = None) -> list[str]:
+    """Remove the shard copies (all, or of the location ``name``: its directory name or URL)
+    that no process is downloading; returns what was removed. Readers keep their open files."""
+    removed = []
+    for row in list_copies():
+        if name is not None and name not in (row["name"], row["location"]):
+            continue
+        busy = False
+        for entry in os.scandir(row["path"]):
+            if entry.name.endswith(".lock"):
+                fd = os.open(entry.path, os.O_RDWR)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    busy = True
+                finally:
+                    os.close(fd)
+        if busy:
+            continue
+        shutil.rmtree(row["path"], ignore_errors=True)
+        removed.append(f"{row['location']} (shard copies)")
+    return removed
