@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.data.shards.helpers import PER_SHARD, SHARDS, make_tars
 
 N = SHARDS * PER_SHARD
@@ -52,17 +50,18 @@ def test_two_jobs_coordinate_over_tar_shards(tmp_path):
     group, barrier = f"shards-{os.getpid()}", tmp_path / "barrier"
     barrier.mkdir()
     env = dict(os.environ, PYTHONPATH=str(HERE))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", MEMBER, str(shards), group, str(barrier), "2",
-             str(tmp_path / f"m{j}.json")],
-            cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        for j in range(2)
-    ]
+    procs = []
+    for j in range(2):
+        argv = [sys.executable, "-c", MEMBER, str(shards), group, str(barrier), "2",
+                str(tmp_path / f"m{j}.json")]  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                argv, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        )
     try:
         for p in procs:
-            out, err = p.communicate(timeout=120)
+            _out, err = p.communicate(timeout=120)
             assert p.returncode == 0, err.decode()[-3000:]
     finally:
         for p in procs:
