@@ -24,7 +24,7 @@ from unstall.loader.failures import is_task_error, raise_if_failed
 from unstall.loader.handoff import unpack
 from unstall.loader.slot_handoff import SlotHandoff
 from unstall.loader.stats import LoaderStats, batch_size_of
-from unstall.loader.worker_death import release_stuck_locks
+from unstall.loader.worker_death import release_stuck_locks, retire_on_worker_death
 
 #: Iterators not yet garbage: `end_open_epochs` ends theirs at exit.
 _open: weakref.WeakSet[_Timed] = weakref.WeakSet()
@@ -145,6 +145,8 @@ class EpochIterator(_Timed):
         if handoff is not None and handoff.size == 0:
             handoff = None  # slots not worth it for these batches: inline unpacking only
         self._handoff = handoff
+        if handoff is not None:
+            retire_on_worker_death(handoff)
         self._unpack = unpack_inline
         self._cpu = main_cpu
 
@@ -158,8 +160,13 @@ class EpochIterator(_Timed):
         if handoff is not None:
             handoff.reclaim()  # slots of batches nothing references any more
         t0, c0 = time.perf_counter(), time.thread_time()
-        try:
+        try:  # torch's SIGCHLD handler raises a worker's death wherever this thread is
             batch, timing = next(self._torch_iter)
+            raise_if_failed(batch, handoff)  # the dataset's error; the epoch goes on after it
+            if handoff is not None:
+                batch = handoff.receive(batch)
+            elif self._unpack:
+                batch = unpack(batch)
         except StopIteration:
             self._exhausted()
             raise
@@ -171,11 +178,6 @@ class EpochIterator(_Timed):
                 handoff.retire()  # e.g. a worker died: its slots may never come back
             self._failed()
             raise
-        raise_if_failed(batch, handoff)  # the dataset's error; the epoch goes on after it
-        if handoff is not None:
-            batch = handoff.receive(batch)
-        elif self._unpack:
-            batch = unpack(batch)
         now = time.perf_counter()
         wait = now - t0
         stats.add_task(timing, t0, wait)  # fetch and prep seconds (and the timeline's span)

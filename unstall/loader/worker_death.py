@@ -20,7 +20,10 @@ wait is one that nobody will release.
 
 from __future__ import annotations
 
+import signal
+import threading
 import traceback
+import weakref
 from typing import Any
 
 import torch.utils.data.dataloader as torch_dataloader
@@ -57,3 +60,34 @@ def release_queue_locks(torch_iter: Any) -> int:
         cond.release()  # held by no running code: an exception raised inside put() left it
         released += 1
     return released
+
+
+_retire: weakref.WeakSet[Any] = weakref.WeakSet()  # slot hand-offs of running epochs
+
+
+def retire_on_worker_death(handoff: Any) -> None:
+    """Unlink ``handoff``'s slots the moment torch learns a worker died.
+
+    torch's SIGCHLD handler raises wherever the main thread is: often outside the
+    loader (in the training loop's own code), where no ``except`` of unstall's sees
+    it. A wrapper around that handler retires the slot pools of every running
+    epoch first (batches already received stay readable; later ones take torch's
+    path), then lets torch's error go on.
+    """
+    _retire.add(handoff)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    torch_handler = signal.getsignal(signal.SIGCHLD)
+    if not callable(torch_handler) or getattr(torch_handler, "_unstall_retires", False):
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            torch_handler(signum, frame)
+        except BaseException:
+            for each in list(_retire):
+                each.retire()
+            raise
+
+    handler._unstall_retires = True  # type: ignore[attr-defined]
+    signal.signal(signal.SIGCHLD, handler)

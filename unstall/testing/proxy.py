@@ -72,6 +72,8 @@ class DelayProxy:
         seed: makes the choice of faulty requests repeatable.
         record: keep per-request-line counts and per-connection User-Agents.
         ignore_range: answer range requests as a server that ignores ``Range`` (module doc).
+        truncate_after: bytes of a response (head included) that pass before a
+            ``"truncate"`` cut: past the head, a body arrives in part.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class DelayProxy:
         seed: int = 0,
         record: bool = True,
         ignore_range: bool = False,
+        truncate_after: int = TRUNCATE_AFTER,
     ):
         if isinstance(upstream, str):
             hostport = upstream.split("://", 1)[-1].split("/", 1)[0]
@@ -103,6 +106,7 @@ class DelayProxy:
         self.seed = seed
         self.record = record
         self.ignore_range = ignore_range
+        self.truncate_after = truncate_after
         self.stats = ProxyStats()
         self.port = 0
         self._seen: collections.Counter = collections.Counter()
@@ -304,7 +308,7 @@ class _Client(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self.held = [head] if head else []
         if fault == "truncate" and self.upstream is not None:
-            self.upstream.cut_after = TRUNCATE_AFTER
+            self.upstream.cut_after = self.proxy.truncate_after
         loop.call_later(self.proxy.delay, self._release, fault)
 
     def _release(self, fault: str | None) -> None:

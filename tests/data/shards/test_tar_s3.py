@@ -190,3 +190,20 @@ def test_cache_list_and_clear_show_shard_copies(s3_tars, capsys, monkeypatch):
     again = TarShards(url, **opts)  # the index is kept; the copies come again on first read
     assert [again[i][1] for i in range(N)] == list(range(N))
     assert again.stats()["shards"]["requests"] == SHARDS
+
+
+def test_a_cut_download_resumes_where_it_stopped(s3_tars, seaweed, monkeypatch):
+    """A shard stream cut part way is resumed from its first missing byte, not fetched again:
+    the bytes received add up to the shards' sizes exactly, though streams were cut."""
+    from unstall.data.shards import s3_client
+    from unstall.testing import DelayProxy
+
+    monkeypatch.setattr(s3_client, "STREAM_PIECE", 64)  # pieces land before the proxy's cut
+    url, paths, opts = s3_tars
+    cut = {"faults": ("truncate",), "truncate_after": 3000}  # the head, then part of the body
+    with DelayProxy(seaweed.endpoint, fail_rate=0.5, seed=5, **cut) as proxy:
+        ds = TarShards(url, **{**opts, "endpoint": proxy.endpoint})
+        stats = ds.stats()["shards"]
+        assert proxy.stats.faults["truncate"] > 0 and stats["retries"] > 0
+        assert stats["bytes"] == sum(p.stat().st_size for p in paths)
+        assert all(bytes(ds[i][0]) == sample_bytes(i) for i in range(N))
