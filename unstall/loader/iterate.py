@@ -146,7 +146,7 @@ class EpochIterator(_Timed):
             handoff = None  # slots not worth it for these batches: inline unpacking only
         self._handoff = handoff
         if handoff is not None:
-            retire_on_worker_death(handoff)
+            retire_on_worker_death(handoff)  # torch raises a death wherever the loop is
         self._unpack = unpack_inline
         self._cpu = main_cpu
 
@@ -160,13 +160,8 @@ class EpochIterator(_Timed):
         if handoff is not None:
             handoff.reclaim()  # slots of batches nothing references any more
         t0, c0 = time.perf_counter(), time.thread_time()
-        try:  # torch's SIGCHLD handler raises a worker's death wherever this thread is
+        try:
             batch, timing = next(self._torch_iter)
-            raise_if_failed(batch, handoff)  # the dataset's error; the epoch goes on after it
-            if handoff is not None:
-                batch = handoff.receive(batch)
-            elif self._unpack:
-                batch = unpack(batch)
         except StopIteration:
             self._exhausted()
             raise
@@ -178,6 +173,11 @@ class EpochIterator(_Timed):
                 handoff.retire()  # e.g. a worker died: its slots may never come back
             self._failed()
             raise
+        raise_if_failed(batch, handoff)  # the dataset's error; the epoch goes on after it
+        if handoff is not None:
+            batch = handoff.receive(batch)
+        elif self._unpack:
+            batch = unpack(batch)
         now = time.perf_counter()
         wait = now - t0
         stats.add_task(timing, t0, wait)  # fetch and prep seconds (and the timeline's span)
