@@ -58,7 +58,10 @@ def _stop_after(tmp: Path, procs: list[subprocess.Popen], j: int, *, batches: in
     """SIGSTOP member ``j`` once it has trained on ``batches`` batches (within 30 s)."""
     progress = tmp / f"m{j}.progress"
     deadline = time.monotonic() + 30
-    while not (progress.exists() and progress.read_text() and int(progress.read_text()) >= batches):
+    while True:  # one read per look: the member truncates the file before each write
+        text = progress.read_text() if progress.exists() else ""
+        if text.strip().isdigit() and int(text) >= batches:
+            break
         assert time.monotonic() < deadline, f"member {j} did not reach batch {batches}"
         time.sleep(0.01)
     os.kill(procs[j].pid, signal.SIGSTOP)
