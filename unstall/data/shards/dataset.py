@@ -182,18 +182,11 @@ class ShardDataset(torch.utils.data.Dataset):
         """Each sample's version (int64): its shard's size and ETag or mtime, hashed, so a
         cache that outlives a rewrite (``Cache(name=...)``, kept segments) never serves it."""
         if getattr(self, "_versions", None) is None:
-            per_shard = np.array(
-                [
-                    int.from_bytes(
-                        hashlib.blake2b(f"{s.size}:{s.version}".encode(), digest_size=8).digest(),
-                        "little",
-                        signed=True,
-                    )
-                    or 1
-                    for s in self.index.shards
-                ],
-                dtype=np.int64,
-            )
+            from unstall.stores.listing import etag_versions
+
+            shards = self.index.shards
+            sizes = np.array([s.size for s in shards], dtype=np.int64)
+            per_shard = etag_versions(sizes, [s.version for s in shards])
             self._versions = per_shard[self.index.sample_shard]
         return self._versions
 

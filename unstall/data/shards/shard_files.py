@@ -57,13 +57,7 @@ class ShardFiles:
 
     def held_bytes(self) -> int:
         """Bytes of the complete shard files here."""
-        total = 0
-        with os.scandir(self.dir) as it:
-            for entry in it:
-                if "." not in entry.name:
-                    with contextlib.suppress(OSError):
-                        total += entry.stat().st_size
-        return total
+        return _complete(self.dir)[0]
 
     def remove_stale(self, shards: Iterable[ShardInfo]) -> None:
         """Delete files of other versions of these shards (they were rewritten)."""
@@ -169,6 +163,18 @@ def _unlock(fd: int) -> None:
     os.close(fd)
 
 
+def _complete(directory: str) -> tuple[int, int]:
+    """(bytes, count) of the complete shard files in ``directory`` (no ``.part``/``.lock``)."""
+    total = count = 0
+    with os.scandir(directory) as it:
+        for entry in it:
+            if "." not in entry.name:
+                with contextlib.suppress(OSError):
+                    total += entry.stat().st_size
+                    count += 1
+    return total, count
+
+
 def list_copies() -> list[dict[str, Any]]:
     """One dict per location with local shard copies: `unstall cache list`."""
     out = []
@@ -182,11 +188,8 @@ def list_copies() -> list[dict[str, Any]]:
                 url = f.read().strip()
         except OSError:
             url = "?"
-        files = ShardFiles.__new__(ShardFiles)
-        files.dir = path
         try:
-            held = files.held_bytes()
-            count = sum(1 for e in os.scandir(path) if "." not in e.name)
+            held, count = _complete(path)
         except OSError:
             continue
         out.append({"tier": "shards", "name": name, "location": url, "path": path,
