@@ -112,7 +112,16 @@ def bind_cache(cache: Any, dataset: Any) -> Any:
     """The loader's fetch layer for its ``cache=`` argument (see the module notes)."""
     if cache is False:
         return None
+    if isinstance(cache, (str, int, float)) and not isinstance(cache, bool):
+        from unstall.cache import Cache
+
+        cache = Cache(cache)  # a RAM tier's size, as the config file's "cache" key takes it
     if cache is not None:
+        if not callable(getattr(cache, "bind", None)):
+            raise TypeError(
+                f"cache={cache!r}: pass unstall.Cache(...), a RAM size such as '16GiB', "
+                "None (a disk tier for remote data) or False (no cache)"
+            )
         return cache.bind(dataset)
     if not is_remote(dataset) or not all(
         callable(getattr(dataset, a, None)) for a in ("fetch", "key", "fingerprint")

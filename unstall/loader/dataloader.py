@@ -62,7 +62,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         rank, world_size: this process's shard of every epoch (like
             `DistributedSampler`); default: one shard, as torch's loader.
         cache: an `unstall.Cache` (or any object with ``bind(dataset)``) that serves
-            raw bytes before the dataset's store is asked. Not given: a local-disk
+            raw bytes before the dataset's store is asked; a size (``"16GiB"``) is
+            ``unstall.Cache(size)``, a RAM tier of that size. Not given: a local-disk
             cache for remote (``s3://``) datasets, none for local ones; False: none.
         device: None (batches stay on the host), ``"cpu"``, ``"cuda"`` or a
             `torch.device`: batches are copied there on a side stream, one batch
@@ -185,7 +186,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self._coordination = m.coordination  # issue 18: see unstall/coordination
             self._inner = m.torch_loader
             if self.order is not None and self.order.rule == "seeded":  # shows the known order
-                self.sampler = OrderView(self._order, lambda: self._next_epoch)
+                self.sampler = OrderView(self)
                 self.batch_sampler = (
                     torch.utils.data.BatchSampler(self.sampler, batch_size, drop_last)
                     if batch_size is not None

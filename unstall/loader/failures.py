@@ -78,6 +78,13 @@ class TaskFailure:
             if isinstance(exc, SampleError):
                 exc.index, exc.key = self.index, self.key
             add_note(exc, self.note)
+            # torch's reraise frame (finished) holds the exception in a local: a reference
+            # cycle that keeps the epoch's iterator, and so its workers, alive until the
+            # garbage collector runs, which then waits 5 s per worker; clear its locals
+            below = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+            while below is not None:
+                below.tb_frame.clear()
+                below = below.tb_next
             raise
         raise AssertionError("unreachable")  # pragma: no cover
 

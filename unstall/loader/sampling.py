@@ -9,6 +9,7 @@ drawn when the epoch starts and recorded, so resume is still "recompute, then sk
 from __future__ import annotations
 
 import math
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -280,12 +281,24 @@ class OrderView(torch.utils.data.Sampler):
     """``loader.sampler`` for a loader with a known order: the indices of the epoch the
     next ``iter()`` runs, in order (torch's loaders expose their sampler the same way)."""
 
-    def __init__(self, spec: Any, epoch: Any):
-        self._spec = spec  # callables: the current OrderSpec, the next epoch
-        self._epoch = epoch
+    def __init__(self, loader: Any):
+        # A weak reference: a loader in a reference cycle is freed only by the garbage
+        # collector, which stops its queues' threads before torch's iterator can tell
+        # persistent workers to exit (then a 5 s wait per worker).
+        self._loader = weakref.ref(loader)
+
+    def _spec(self) -> Any:
+        return self._owner()._order()
+
+    def _owner(self) -> Any:
+        loader = self._loader()
+        if loader is None:
+            raise RuntimeError("this sampler's unstall.DataLoader was deleted")
+        return loader
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._spec().indices(self._epoch()).tolist())
+        loader = self._owner()
+        return iter(loader._order().indices(loader._next_epoch).tolist())
 
     def __len__(self) -> int:
         spec = self._spec()
