@@ -113,3 +113,20 @@ def run_analyze(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(out.read_text())
+
+
+def check_model_rate(report: dict, g: float) -> None:
+    """G is the model's rate alone (``g`` within 10 %), or, where the model ran slower beside
+    the loader's workers (more than 2 cores' worth of work here: its sleeps wake late), its
+    rate in the job, with a note saying so; never more than alone."""
+    alone = report["ingestion_rate_alone"]
+    assert alone == pytest.approx(g, rel=0.10), report["runs"]
+    slowed = [n for n in report["notes"] if "beside the loader" in n]
+    if not slowed:
+        assert report["ingestion_rate"] == pytest.approx(alone, rel=0.02), report["runs"]
+        return
+    from unstall.analysis.scriptrates import MODEL_SLOWED
+
+    rate = report["ingestion_rate"]
+    assert 0.5 * g < rate < MODEL_SLOWED * alone, report["runs"]
+    assert f"{rate:,.0f} samples/s beside the loader against {alone:,.0f}/s" in slowed[0]

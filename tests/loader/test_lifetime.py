@@ -93,3 +93,36 @@ def test_a_dataset_error_leaves_no_reference_cycle(tmp_path):
     finally:
         gc.enable()
     assert workers_left(before) == []
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_an_iterator_left_in_a_reference_cycle_stops_its_workers_at_once(persistent):
+    # Freed by the garbage collector (a cycle: here a dict that holds itself; in real code
+    # often a kept exception's traceback), torch's iterator stops its workers only after the
+    # collector stopped its queues' threads: each worker then waits out torch's 5 s timeout
+    # (torch's own loader: 10.1 s in gc.collect() here). unstall's finalizer stops them first.
+    before = {c.pid for c in psutil.Process().children()}
+    gc.collect()
+    gc.disable()
+    try:
+        loader = unstall.DataLoader(
+            IdDataset(64), batch_size=4, num_workers=2, persistent_workers=persistent
+        )
+        it = iter(loader)
+        assert next(it).tolist() == [0, 1, 2, 3]
+        assert len(workers_left(before)) == 2
+        cycle: dict = {"it": it, "loader": loader}
+        cycle["self"] = cycle
+        alive = weakref.ref(loader)
+        del it, loader, cycle
+        assert alive() is not None  # only the collector can free it
+    finally:
+        gc.enable()
+    t0 = time.monotonic()
+    gc.collect()
+    assert alive() is None
+    assert time.monotonic() - t0 < 2.0
+    deadline = time.monotonic() + 5
+    while workers_left(before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert workers_left(before) == []

@@ -29,7 +29,7 @@ from unstall.loader.options import resolve_seed, resolve_world
 from unstall.loader.sampling import OrderView, worker_base_seed
 from unstall.loader.stats import LoaderStats
 from unstall.loader.torch_class import TorchDataLoader
-from unstall.loader.worker_death import release_stuck_locks
+from unstall.loader.worker_death import own_workers, start_workers
 
 STATE_VERSION = resume.STATE_VERSION
 T_co = TypeVar("T_co", covariant=True)
@@ -241,6 +241,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         if previous is not None:  # replaced: its epoch ends here (it may still be used on)
             previous.end_epoch()
         it = self._new_iterator()
+        own_workers(self, it)  # its workers stop when it goes, even in a garbage collection
         self._current = weakref.ref(it)
         return it
 
@@ -252,7 +253,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             except TypeError:
                 length = None
             self._inner._IterableDataset_len_called = asked  # only the user's len() counts
-            return PassthroughIterator(self, _start(self._inner), self._stats, length)
+            return PassthroughIterator(self, start_workers(self, self._inner), self._stats, length)
         self._order()
         epoch, start = self._next_epoch, self._pending_start
         self._next_epoch, self._pending_start = epoch + 1, 0
@@ -279,7 +280,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             base = worker_base_seed(seed=self.seed, epoch=epoch, rank=self.rank)
             self._worker_seeds.manual_seed(base)
         length = len(self._sampler)
-        torch_iter = _start(self._inner, loaded)  # starts workers now, so they prefetch
+        torch_iter = start_workers(self, self._inner, loaded)  # they prefetch from now on
         self._base_seed = getattr(torch_iter, "_base_seed", None)
         if self._coordination is not None:  # issue 18: map the group's published batches
             torch_iter = self._coordination.receive(torch_iter, epoch, start)
@@ -384,23 +385,3 @@ def _config_overrides() -> dict[str, Any]:
 
 
 __all__ = ["DataLoader"]
-
-
-def _start(inner: Any, loaded: dict[str, Any] | None = None) -> Any:
-    """``iter(inner)`` (torch's loader: starts its workers); a worker that dies while it
-    starts leaves no queue lock held (see `unstall.loader.worker_death`).
-
-    ``loaded``: a resumed torch-order epoch, whose workers' base seed its first run drew
-    already: a private generator, seeded from the saved one, gives it instead.
-    """
-    own = inner.generator
-    if loaded is not None:
-        inner.generator = torch.Generator()
-        inner.generator.manual_seed(int(loaded.get("base_seed") or 0) % 2**63)
-    try:
-        return iter(inner)
-    except BaseException as exc:
-        release_stuck_locks(exc)
-        raise
-    finally:
-        inner.generator = own

@@ -1,4 +1,5 @@
-"""After a worker died: release the queue locks torch's SIGCHLD handler may have left held.
+"""Workers' lives: started, stopped when their owner goes, and after one died, the queue
+locks torch's SIGCHLD handler may have left held released (the note below).
 
 NOTE [ A killed worker and torch's index queues ]
 torch learns that a worker died from a SIGCHLD handler that *raises* in the main
@@ -20,12 +21,14 @@ wait is one that nobody will release.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import traceback
 import weakref
 from typing import Any
 
+import torch
 import torch.utils.data.dataloader as torch_dataloader
 
 #: How long a lock may stay held before it counts as abandoned [seconds].
@@ -91,3 +94,62 @@ def retire_on_worker_death(handoff: Any) -> None:
 
     handler._unstall_retires = True  # type: ignore[attr-defined]
     signal.signal(signal.SIGCHLD, handler)
+
+
+def start_workers(loader: Any, inner: Any, loaded: dict[str, Any] | None = None) -> Any:
+    """``iter(inner)`` (torch's loader: starts its workers); a worker that dies while it
+    starts leaves no queue lock held; the workers stop when their owner goes
+    (`stop_workers_when_gone`: ``loader`` for persistent workers, else the epoch's
+    iterator, which `unstall.DataLoader.__iter__` names by calling `own_workers`).
+
+    ``loaded``: a resumed torch-order epoch, whose workers' base seed its first run drew
+    already: a private generator, seeded from the saved one, gives it instead.
+    """
+    own = inner.generator
+    if loaded is not None:
+        inner.generator = torch.Generator()
+        inner.generator.manual_seed(int(loaded.get("base_seed") or 0) % 2**63)
+    try:
+        torch_iter = iter(inner)
+    except BaseException as exc:
+        release_stuck_locks(exc)
+        raise
+    finally:
+        inner.generator = own
+    if getattr(torch_iter, "_workers", None):
+        if inner.persistent_workers:
+            stop_workers_when_gone(loader, torch_iter)
+        else:
+            loader.__dict__["_unowned_workers"] = torch_iter  # until own_workers takes it
+    return torch_iter
+
+
+def own_workers(loader: Any, epoch_iter: Any) -> None:
+    """The workers `start_workers` just started for this epoch stop when ``epoch_iter`` goes."""
+    torch_iter = loader.__dict__.pop("_unowned_workers", None)
+    if torch_iter is not None:
+        stop_workers_when_gone(epoch_iter, torch_iter)
+
+
+def stop_workers_when_gone(owner: Any, torch_iter: Any) -> None:
+    """Shut ``torch_iter``'s workers down as soon as ``owner`` is freed, collector or not.
+
+    A torch iterator freed by the garbage collector (it sat in a reference cycle, e.g.
+    through a kept exception's traceback) stops its workers only after the collector
+    stopped its queues' feeder threads: the "exit" messages never leave, and each
+    worker waits out torch's 5 s timeout (10 s for 2 workers, in whichever thread the
+    collector ran). This finalizer holds the iterator, so it is never in the collected
+    set: when ``owner`` goes, its shutdown runs with working queues. Only in the process
+    that started the workers (a forked child's copy must not stop its parent's).
+    """
+    if getattr(torch_iter, "_unstall_stopper", None) is not None:
+        return  # persistent workers: one finalizer for the iterator's whole life
+    stopper = weakref.finalize(owner, _shutdown, os.getpid(), torch_iter)
+    stopper.atexit = False  # at exit torch's own handlers stop the workers
+    torch_iter._unstall_stopper = stopper
+
+
+def _shutdown(pid: int, torch_iter: Any) -> None:
+    if os.getpid() == pid:
+        torch_iter._unstall_stopper = None  # no cycle: the iterator goes by refcount now
+        torch_iter._shutdown_workers()

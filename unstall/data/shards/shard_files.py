@@ -85,11 +85,8 @@ class ShardFiles:
         theirs: list[ShardInfo] = []
         try:
             for info in missing:
-                fd = os.open(self.path(info) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    os.close(fd)
+                fd = _try_lock(self.path(info) + ".lock")
+                if fd is None:  # another process is downloading it
                     theirs.append(info)
                     continue
                 if self.have(info):
@@ -157,6 +154,18 @@ class ShardFiles:
         return state
 
 
+def _try_lock(path: str) -> int | None:
+    """An open descriptor of ``path`` holding its exclusive ``flock``, or None when another
+    process holds it (downloading that shard)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def _unlock(fd: int) -> None:
     with contextlib.suppress(OSError):
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -205,15 +214,13 @@ def clear_copies(name: str | None = None) -> list[str]:
         if name is not None and name not in (row["name"], row["location"]):
             continue
         busy = False
-        for entry in os.scandir(row["path"]):
-            if entry.name.endswith(".lock"):
-                fd = os.open(entry.path, os.O_RDWR)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    busy = True
-                finally:
-                    os.close(fd)
+        with os.scandir(row["path"]) as entries:
+            for entry in entries:
+                if entry.name.endswith(".lock"):
+                    fd = _try_lock(entry.path)
+                    busy = busy or fd is None
+                    if fd is not None:
+                        _unlock(fd)
         if busy:
             continue
         shutil.rmtree(row["path"], ignore_errors=True)
