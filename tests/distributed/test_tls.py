@@ -184,6 +184,8 @@ def test_a_peer_whose_certificate_is_not_the_published_one_is_refused(servers):
         assert servers["tls"].served == served
         # the control: a client that trusted the intruder's certificate is read in clear
         got, _ = _fetch(mitm.port, intruder.cert_pem)
+        if None in got:  # the relay is a bare forwarder: in 2 of 4 CI runs here one item of
+            got, _ = _fetch(mitm.port, intruder.cert_pem)  # this control was lost: once more
         assert got == ITEMS
         assert _in_clear(mitm.up, f"Bearer {TOKEN}".encode())
         assert _in_clear(mitm.down, ITEMS[0])
