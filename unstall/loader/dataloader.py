@@ -29,7 +29,7 @@ from unstall.loader.options import resolve_seed, resolve_world
 from unstall.loader.sampling import OrderView, worker_base_seed
 from unstall.loader.stats import LoaderStats
 from unstall.loader.torch_class import TorchDataLoader
-from unstall.loader.worker_death import own_workers, start_workers
+from unstall.loader.worker_death import owning_workers, start_workers
 
 STATE_VERSION = resume.STATE_VERSION
 T_co = TypeVar("T_co", covariant=True)
@@ -241,7 +241,6 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         if previous is not None:  # replaced: its epoch ends here (it may still be used on)
             previous.end_epoch()
         it = self._new_iterator()
-        own_workers(self, it)  # its workers stop when it goes, even in a garbage collection
         self._current = weakref.ref(it)
         return it
 
@@ -253,7 +252,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             except TypeError:
                 length = None
             self._inner._IterableDataset_len_called = asked  # only the user's len() counts
-            return PassthroughIterator(self, start_workers(self, self._inner), self._stats, length)
+            raw = start_workers(self._inner)
+            return owning_workers(PassthroughIterator(self, raw, self._stats, length), raw, self)
         self._order()
         epoch, start = self._next_epoch, self._pending_start
         self._next_epoch, self._pending_start = epoch + 1, 0
@@ -280,7 +280,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             base = worker_base_seed(seed=self.seed, epoch=epoch, rank=self.rank)
             self._worker_seeds.manual_seed(base)
         length = len(self._sampler)
-        torch_iter = start_workers(self, self._inner, loaded)  # they prefetch from now on
+        # the workers prefetch from now on; they stop when the epoch's iterator goes, even
+        # in a garbage collection (`owning_workers`)
+        torch_iter = raw = start_workers(self._inner, loaded)
         self._base_seed = getattr(torch_iter, "_base_seed", None)
         if self._coordination is not None:  # issue 18: map the group's published batches
             torch_iter = self._coordination.receive(torch_iter, epoch, start)
@@ -298,8 +300,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
                 unpack_inline=self._unpack,
                 main_cpu=self._main_cpu,
             )
-            return SizedIterator(self, gen, stats, length, end)
-        return EpochIterator(
+            return owning_workers(SizedIterator(self, gen, stats, length, end), raw, self)
+        it = EpochIterator(
             self,
             torch_iter,
             length,
@@ -310,6 +312,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             main_cpu=self._main_cpu,
             on_epoch_end=end,
         )
+        return owning_workers(it, raw, self)
 
     def close(self) -> None:
         """Free the loader's shared-memory slots now (also done when it is collected)."""

@@ -96,11 +96,9 @@ def retire_on_worker_death(handoff: Any) -> None:
     signal.signal(signal.SIGCHLD, handler)
 
 
-def start_workers(loader: Any, inner: Any, loaded: dict[str, Any] | None = None) -> Any:
+def start_workers(inner: Any, loaded: dict[str, Any] | None = None) -> Any:
     """``iter(inner)`` (torch's loader: starts its workers); a worker that dies while it
-    starts leaves no queue lock held; the workers stop when their owner goes
-    (`stop_workers_when_gone`: ``loader`` for persistent workers, else the epoch's
-    iterator, which `unstall.DataLoader.__iter__` names by calling `own_workers`).
+    starts leaves no queue lock held.
 
     ``loaded``: a resumed torch-order epoch, whose workers' base seed its first run drew
     already: a private generator, seeded from the saved one, gives it instead.
@@ -110,25 +108,21 @@ def start_workers(loader: Any, inner: Any, loaded: dict[str, Any] | None = None)
         inner.generator = torch.Generator()
         inner.generator.manual_seed(int(loaded.get("base_seed") or 0) % 2**63)
     try:
-        torch_iter = iter(inner)
+        return iter(inner)
     except BaseException as exc:
         release_stuck_locks(exc)
         raise
     finally:
         inner.generator = own
+
+
+def owning_workers(epoch_iter: Any, torch_iter: Any, loader: Any) -> Any:
+    """``epoch_iter``, whose workers (``torch_iter``'s) stop when it goes, or, persistent
+    ones, when ``loader`` goes (`stop_workers_when_gone`)."""
     if getattr(torch_iter, "_workers", None):
-        if inner.persistent_workers:
-            stop_workers_when_gone(loader, torch_iter)
-        else:
-            loader.__dict__["_unowned_workers"] = torch_iter  # until own_workers takes it
-    return torch_iter
-
-
-def own_workers(loader: Any, epoch_iter: Any) -> None:
-    """The workers `start_workers` just started for this epoch stop when ``epoch_iter`` goes."""
-    torch_iter = loader.__dict__.pop("_unowned_workers", None)
-    if torch_iter is not None:
-        stop_workers_when_gone(epoch_iter, torch_iter)
+        persistent = getattr(torch_iter, "_persistent_workers", False)
+        stop_workers_when_gone(loader if persistent else epoch_iter, torch_iter)
+    return epoch_iter
 
 
 def stop_workers_when_gone(owner: Any, torch_iter: Any) -> None:
