@@ -97,6 +97,9 @@ def run_analyze(
             "-m",
             "unstall",
             "analyze",
+            # a run that hangs fails the test with where each process was, within its time
+            "--run-timeout",
+            str(min(100, timeout / 2)),
             *options,
             "--json",
             str(out),

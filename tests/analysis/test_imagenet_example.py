@@ -12,11 +12,13 @@ import pytest
 
 from tests.analysis.conftest import check_model_rate, run_analyze
 from tests.conftest import write_jpegs
+from unstall.analysis.script import SPREAD
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "imagenet_like.py"
-#: Noise allowed on "no slower than before" between two runs on a busy 2-core machine.
-NOISE = 0.08
+#: Noise allowed on "no slower than before" between two runs on a busy 2-core machine (the
+#: analyzer's own verdict takes the same spread for noise).
+NOISE = SPREAD
 
 
 @pytest.mark.timeout(420)
@@ -52,4 +54,16 @@ def test_example_is_prep_bound_and_the_recommendation_holds(tmp_path):
     # predicted is this 2-core machine's run-to-run spread (403 then 512/s with the same
     # 4 workers, in CI here), not a wrong claim
     assert v["predicted_samples_per_s"] <= 1.15 * v["measured_samples_per_s"], v
-    assert v["measured_samples_per_s"] >= (1 - NOISE) * v["before_samples_per_s"], v
+    assert v["changed"] == rec["changed"]
+    if rec["changed"]:
+        # no slower than the job as it was, or (when the re-run looked slower) than the job
+        # re-run right after it: the machine's drift between runs is not the recommendation's
+        reference = v.get("control_samples_per_s", v["before_samples_per_s"])
+        assert v["measured_samples_per_s"] >= (1 - NOISE) * reference, v
+        assert ("control_samples_per_s" in v) == (
+            v["measured_samples_per_s"] < (1 - NOISE) * v["before_samples_per_s"]
+        ), v
+    else:
+        # the job's own settings kept: the re-run is the same job, its figure the spread
+        assert "keeps the job's settings" in v["verdict"] and "control_samples_per_s" not in v
+        assert v["measured_samples_per_s"] >= 0.5 * v["before_samples_per_s"], v

@@ -100,3 +100,55 @@ def test_every_rank_reported_and_the_slowest_named():
     rows = _rank_table([doc(0, 0.1, 0.02), doc(1, 0.2, 0.15), doc(2, 0.1, 0.01)])
     assert [r["rank"] for r in rows] == [1, 0, 2]  # slowest first
     assert rows[0] == {"rank": 1, "samples_per_s": 160.0, "wait_share": 0.75}
+
+
+HUNG = """
+import os, signal, subprocess, sys, time
+import psutil
+from torch.utils.data import DataLoader
+
+# a helper process that ignores SIGINT (as one stuck in a collective would): SIGKILL ends it
+helper = subprocess.Popen(
+    [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+     "time.sleep(3600)"])
+loader = DataLoader(list(range(64)), batch_size=4, num_workers=2, persistent_workers=True)
+it = iter(loader)
+for _ in range(3):
+    next(it)
+with open(sys.argv[1], "w") as f:
+    f.write(" ".join(str(c.pid) for c in psutil.Process().children(recursive=True)))
+print("three batches in; now waiting on the other rank", flush=True)
+
+def stuck_in_a_collective():
+    while True:
+        time.sleep(1)
+
+stuck_in_a_collective()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_hung_run_is_stopped_whole_and_says_where_it_was(tmp_path):
+    """Past --run-timeout the run's whole process group stops (its workers and a helper that
+    ignores SIGINT too), /dev/shm is as it was, and the error shows where each process was."""
+    script = tmp_path / "hung.py"
+    script.write_text(HUNG)
+    pids_file = tmp_path / "pids"
+    before = set(os.listdir("/dev/shm"))
+    command = [sys.executable, "-m", "unstall", "analyze", "--quick", "--run-timeout", "15"]
+    done = subprocess.run(
+        [*command, "--", sys.executable, str(script), str(pids_file)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=tmp_path,
+    )
+    out = " ".join(done.stdout.split())  # rich folds long lines
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "the synthetic run of" in out and "did not end within 15 s and was stopped" in out
+    assert "in stuck_in_a_collective" in out and "now waiting on the other rank" in out
+    pids = [int(p) for p in pids_file.read_text().split()]
+    assert len(pids) >= 1  # the helper (and the loader's workers, where they still run)
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    assert set(os.listdir("/dev/shm")) - before == set()

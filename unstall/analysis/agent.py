@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from unstall.analysis import hang
 from unstall.analysis.procstat import snapshot, workers_cpu
 from unstall.analysis.steady import (
     Handout,
@@ -402,4 +403,5 @@ def install() -> None:
         out=env("UNSTALL_ANALYZE_OUT", ""),
     )
     hooks.add_observer(_agent)
+    hang.arm(_agent.out)  # a run past its time is asked where it is
     atexit.register(_agent.write)  # a script that ends before the window is complete

@@ -178,7 +178,13 @@ def _recommendation(report: dict[str, Any]) -> str:
         text += (
             f"<p class='verified'>Verified: the script under {e(json.dumps(v['kwargs']))} "
             f"measured {v['measured_samples_per_s']:,.0f} samples/s (predicted "
-            f"{v['predicted_samples_per_s']:,.0f}, before {v['before_samples_per_s']:,.0f}).</p>"
+            f"{v['predicted_samples_per_s']:,.0f}, before {v['before_samples_per_s']:,.0f}"
+            + (
+                f", as it is re-run {v['control_samples_per_s']:,.0f}"
+                if "control_samples_per_s" in v
+                else ""
+            )
+            + f"): {e(v['verdict'])}.</p>"
         )
     return text
 

@@ -190,7 +190,13 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
         console.print(
             f"Verified: under {_kwargs(v['kwargs'])} the script measured "
             f"{v['measured_samples_per_s']:,.0f} samples/s (predicted "
-            f"{v['predicted_samples_per_s']:,.0f}; before {v['before_samples_per_s']:,.0f})"
+            f"{v['predicted_samples_per_s']:,.0f}; before {v['before_samples_per_s']:,.0f}"
+            + (
+                f"; as it is, re-run {v['control_samples_per_s']:,.0f}"
+                if "control_samples_per_s" in v
+                else ""
+            )
+            + f"): {v['verdict']}"
         )
     if "question" in report:
         q = report["question"]

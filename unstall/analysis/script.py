@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from unstall.analysis.core import Analysis
+from unstall.analysis.hang import run_script
 from unstall.analysis.procstat import cores_available
 from unstall.analysis.runs import Run
 from unstall.analysis.scriptrates import derive, figures
@@ -44,11 +45,14 @@ def analyze_script(
     console: Any = None,
     min_s: float | None = None,
     verify: bool | None = None,
+    run_timeout_s: float = RUN_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Run ``command`` three times (synthetic, cold, cached) and return the report dict.
 
     Without ``quick`` (or with ``verify=True``) the script runs a fourth time under the
     recommendation, and the report's ``verified`` compares prediction and measurement.
+    A run still going after ``run_timeout_s`` is stopped whole, and the error says where
+    each of its processes was (`unstall.analysis.hang`).
     """
     from unstall.analysis import report_of
     from unstall.analysis.report import progress_bar
@@ -59,6 +63,7 @@ def analyze_script(
         "steps": s0 if steps is None else steps,
         "min_s": t0 if min_s is None else min_s,
         "max_s": tmax,
+        "timeout_s": run_timeout_s,
     }
     verify = (not quick) if verify is None else verify
     if shutil.which(command[0]) is None and not os.path.exists(command[0]):
@@ -119,15 +124,7 @@ def run_once(
         UNSTALL_TIMELINE="1",
     )
     try:
-        done = subprocess.run(
-            list(command),
-            env=env,
-            timeout=RUN_TIMEOUT_S,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
+        done = run_script(command, env, window.get("timeout_s", RUN_TIMEOUT_S), out, mode)
         return _results(out, mode, done)
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -213,24 +210,66 @@ def analysis_of(
 def verify_recommendation(
     command: Sequence[str], report: dict[str, Any], window: dict[str, Any]
 ) -> dict[str, Any]:
-    """Run the script once more under the recommendation (``unstall run --config``'s way)."""
+    """Run the script once more under the recommendation (``unstall run --config``'s way).
+
+    A re-run slower than the job was (beyond ``SPREAD``) is followed by one of the job as it
+    is, back to back: the verdict then compares the two, so a machine that slowed down
+    between the runs is not taken for a wrong recommendation, nor the reverse.
+    """
     rec = report["recommendation"]
+    before = report["measured_samples_per_s"]
+    measured = _rate_under(command, window, rec["kwargs"])
+    control = None
+    if rec["changed"] and measured < (1 - SPREAD) * before:
+        control = _rate_under(command, window, None)
+    predicted = rec["predicted_samples_per_s"]
+    return {
+        "kwargs": rec["kwargs"],
+        "changed": rec["changed"],
+        "predicted_samples_per_s": predicted,
+        "measured_samples_per_s": measured,
+        "before_samples_per_s": before,
+        **({"control_samples_per_s": control} if control is not None else {}),
+        "error": round(abs(predicted - measured) / measured, 4) if measured else None,
+        "verdict": _verdict(rec["changed"], measured, before, control),
+    }
+
+
+#: Run-to-run spread of one configuration that the verdict takes for noise.
+SPREAD = 0.08
+
+
+def _rate_under(command: Sequence[str], window: dict[str, Any], kwargs: Any) -> float:
+    """Samples/s of one cold run, under ``kwargs`` (``None``: the job's own settings)."""
+    if kwargs is None:
+        return round(figures(run_once(command, "cold", window)[0]).rate, 1)
     fd, path = tempfile.mkstemp(prefix="unstall-rec-", suffix=".json")
     with os.fdopen(fd, "w") as f:
-        json.dump({"kwargs": rec["kwargs"]}, f)
+        json.dump({"kwargs": kwargs}, f)
     try:
         docs = run_once(command, "cold", window, config_path=path)
     finally:
         os.unlink(path)
-    fig = figures(docs[0])
-    predicted = rec["predicted_samples_per_s"]
-    return {
-        "kwargs": rec["kwargs"],
-        "predicted_samples_per_s": predicted,
-        "measured_samples_per_s": round(fig.rate, 1),
-        "before_samples_per_s": report["measured_samples_per_s"],
-        "error": round(abs(predicted - fig.rate) / fig.rate, 4) if fig.rate else None,
-    }
+    return round(figures(docs[0]).rate, 1)
+
+
+def _verdict(changed: bool, measured: float, before: float, control: float | None) -> str:
+    """One line on what the re-run shows, against the run it is fairly compared with."""
+    if not changed:
+        diff = (measured - before) / before if before else 0.0
+        return (
+            "the recommendation keeps the job's settings: this re-run of them shows the "
+            f"machine's run-to-run spread ({diff:+.0%})"
+        )
+    ref, against = before, "the job as it was"
+    if control:
+        ref, against = control, "the job as it is, re-run just after"
+    diff = (measured - ref) / ref if ref else 0.0
+    if diff >= SPREAD:
+        return f"{diff:.0%} faster than {against}"
+    if diff >= -SPREAD:
+        return f"within the run-to-run spread of {against} ({diff:+.0%})"
+    return f"{-diff:.0%} slower than {against}: the recommendation did not hold here"
 
 
 def _too_short(mode: str, doc: dict[str, Any]) -> str:

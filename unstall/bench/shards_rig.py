@@ -25,7 +25,10 @@ SHARD_BYTES = 1 << 26  # 64 MiB, MDSWriter's default size_limit; the tars use th
 
 
 def import_streaming() -> Any:
-    """``streaming``, with a torchvision stand-in when torchvision is not installed."""
+    """``streaming``, with a torchvision stand-in when torchvision is not installed; the
+    stand-in leaves ``sys.modules`` once streaming is imported, so no other library (Lightning
+    probes ``torchvision.models``) takes it for torchvision."""
+    added: list[str] = []
     try:
         import torchvision  # noqa: F401
     except Exception:
@@ -53,9 +56,14 @@ def import_streaming() -> Any:
         ):
             # a spec, so importlib.util.find_spec (transformers probes it) does not fail
             mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
-            sys.modules.setdefault(name, mod)
-    import streaming
-
+            if name not in sys.modules:
+                sys.modules[name] = mod
+                added.append(name)
+    try:
+        import streaming
+    finally:
+        for name in added:
+            sys.modules.pop(name, None)
     return streaming
 
 

@@ -54,6 +54,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--quick", action="store_true", help="shorter runs: an answer in a minute")
     p.add_argument(
+        "--run-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="a script run still going after this long is stopped, with where each of its "
+        "processes was (default 600)",
+    )
+    p.add_argument(
         "--verify",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -105,12 +113,19 @@ def run(args: argparse.Namespace) -> int:
             from unstall.analysis.script import analyze_script
 
             report = analyze_script(
-                command, console=console, min_s=args.min_seconds, verify=args.verify, **common
+                command,
+                console=console,
+                min_s=args.min_seconds,
+                verify=args.verify,
+                run_timeout_s=args.run_timeout,
+                **common,
             )
         else:
             report = _builtin(args, console, common)
-    except (ValueError, FileNotFoundError) as exc:
-        console.print(f"unstall analyze: {exc}")
+    except (ValueError, FileNotFoundError, TimeoutError) as exc:
+        from rich.markup import escape
+
+        console.print(f"unstall analyze: {escape(str(exc))}")
         return 2
     from unstall.analysis.report import print_summary
 

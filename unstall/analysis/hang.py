@@ -1,0 +1,194 @@
+"""A script run that does not end in time: stopped whole, and where each process was told.
+
+Each Python process of an analyzed run (`arm`, called by the agent at start-up and again
+in each forked child) dumps every thread's stack to ``OUT/stacks-<pid>.txt`` on
+``SIGNAL``: faulthandler writes from the signal handler itself, so a process blocked in C
+(a collective, a lock, a read) answers too. The launcher (`run_script`) starts the script
+in a process group of its own; past its time it asks the group for stacks, stops it
+(SIGINT, so Python unwinds and frees workers and shared memory; SIGKILL after
+``GRACE_S``) and raises `RunTimedOut` naming where each process was. Without this, the
+timeout killed the script's first process only and left its ranks and workers running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import glob
+import os
+import signal
+import subprocess
+import sysconfig
+import time
+from collections.abc import Sequence
+from typing import IO
+
+#: The signal that asks a process for its stacks (Lightning's SLURM requeue takes SIGUSR1).
+SIGNAL = signal.SIGUSR2
+#: Seconds between SIGINT and SIGKILL for a run that is past its time.
+GRACE_S = 5.0
+#: Frames of each thread shown in the error.
+FRAMES = 6
+#: Lines of the script's output shown in the error.
+TAIL = 12
+
+_file: IO[str] | None = None
+
+
+class RunTimedOut(TimeoutError):
+    """A run of the script did not end within its time; the message says where it was."""
+
+
+def arm(out: str) -> None:
+    """Dump this process's stacks to ``out`` on ``SIGNAL``, unless the script uses it."""
+    if not out or signal.getsignal(SIGNAL) not in (signal.SIG_DFL, None):
+        return
+    if _register(out):
+        os.register_at_fork(after_in_child=lambda: _register(out))
+
+
+def _register(out: str) -> bool:
+    global _file
+    try:
+        f = open(os.path.join(out, f"stacks-{os.getpid()}.txt"), "w")  # noqa: SIM115
+    except OSError:
+        return False
+    if _file is not None:
+        _file.close()  # a forked child's copy of its parent's file
+    _file = f
+    faulthandler.register(SIGNAL, file=f, all_threads=True)
+    return True
+
+
+def run_script(
+    command: Sequence[str], env: dict[str, str], timeout: float, out: str, mode: str
+) -> subprocess.CompletedProcess:
+    """Run ``command`` in a process group of its own; the whole group is stopped if it
+    outlives ``timeout`` seconds (`RunTimedOut`) or the caller is interrupted."""
+    proc = subprocess.Popen(
+        list(command),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, SIGNAL)
+        time.sleep(1.0)  # faulthandler writes at once; a busy 2-core machine needs a moment
+        where = stacks(out)
+        ended = proc.poll()
+        tail = end_group(proc).strip().splitlines()[-TAIL:]
+        what = (
+            f"ended (exit {ended}), but processes it started were still running after "
+            f"{timeout:g} s and were stopped; "
+            if ended is not None
+            else f"did not end within {timeout:g} s and was stopped; "
+        )
+        raise RunTimedOut(
+            f"the {mode} run of {' '.join(command)} "
+            + what
+            + (f"where its processes were:\n{where}" if where else "no process told its stacks")
+            + ("\nthe script's last output:\n  " + "\n  ".join(tail) if tail else "")
+        ) from None
+    except BaseException:
+        end_group(proc)
+        raise
+    end_group(proc)  # what the script left running in its group (nothing, normally) goes too
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, None)
+
+
+def end_group(proc: subprocess.Popen) -> str:
+    """Stop what is left of the script's process group: SIGINT (Python unwinds, frees its
+    workers and shared memory), SIGKILL after ``GRACE_S``; the output not yet read."""
+    if _alive(proc):
+        _signal_group(proc.pid, signal.SIGINT)
+        deadline = time.monotonic() + GRACE_S
+        while _alive(proc) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _signal_group(proc.pid, signal.SIGKILL)
+    if proc.stdout is None or proc.stdout.closed:  # read to its end already
+        proc.wait()
+        return ""
+    try:
+        return proc.communicate(timeout=GRACE_S)[0] or ""
+    except subprocess.TimeoutExpired:  # a process outside the group holds the output open
+        proc.kill()
+        proc.wait()
+        return ""
+
+
+def _alive(proc: subprocess.Popen) -> bool:
+    """Whether any process of the group is left (the first one reaped when it has ended)."""
+    proc.poll()
+    try:
+        os.killpg(proc.pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def stacks(out: str) -> str:
+    """Each process's threads from its dump in ``out``, innermost ``FRAMES`` frames each;
+    threads wholly in the standard library (queue feeders, idle pools) are counted only."""
+    parts = []
+    for path in sorted(glob.glob(os.path.join(out, "stacks-*.txt"))):
+        with open(path, errors="replace") as f:
+            text = f.read().strip()
+        if not text:
+            continue
+        pid = os.path.basename(path)[len("stacks-") : -len(".txt")]
+        parts.append(f"  process {pid}{_whose(pid)}:\n" + _trim(text))
+    return "\n".join(parts)
+
+
+def _whose(pid: str) -> str:
+    """`` (child of P: command)`` from /proc while the process still runs."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        with open(f"/proc/{pid}/stat") as f:
+            ppid = f.read().rsplit(")", 1)[1].split()[1]
+    except (OSError, IndexError):
+        return ""
+    cmd = cmd if len(cmd) <= 70 else cmd[:67] + "..."
+    return f" (child of {ppid}: {cmd})"
+
+
+def _trim(text: str) -> str:
+    """faulthandler's dump, each thread cut to its innermost frames (listed first)."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    threads: list[list[str]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith(" "):  # "Thread 0x... (most recent call first):"
+            threads.append([line.replace(" (most recent call first)", "")])
+        elif threads:
+            threads[-1].append(line.strip())
+    prefixes = {f'File "{p}/' for p in (stdlib, *sysconfig.get_paths().values())}
+    shown, idle = [], 0
+    for head, *frames in threads:
+        if frames and all(f'File "{stdlib}/' in f for f in frames):
+            idle += 1
+            continue
+        shown += ["    " + head] + ["      " + _short(f, prefixes) for f in frames[:FRAMES]]
+    if idle:
+        shown.append(f"    ({idle} thread(s) in the standard library alone not shown)")
+    return "\n".join(shown)
+
+
+def _short(frame: str, prefixes: set[str]) -> str:
+    """A frame's file relative to the install it is in (``torch/utils/data/...``)."""
+    for p in sorted(prefixes, key=len, reverse=True):
+        if frame.startswith(p):
+            return 'File "' + frame[len(p) :]
+    return frame
