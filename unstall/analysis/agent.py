@@ -32,6 +32,7 @@ from typing import Any
 
 from unstall.analysis import hang
 from unstall.analysis.procstat import snapshot, workers_cpu
+from unstall.analysis.remedies import job_files, lean_probe
 from unstall.analysis.steady import (
     Handout,
     Window,
@@ -177,7 +178,7 @@ class Agent:
         window = self.window(watch)
         complete = enough(window, min_steps=self.min_steps, min_s=self.min_s)
         loader = watch.loader
-        files = _files_of(getattr(loader, "dataset", None))
+        files = job_files(getattr(loader, "dataset", None))
         stats = loader.stats() if self.mode != "synthetic" else {}
         timeline = stats.pop("timeline", [])
         doc = {
@@ -204,7 +205,7 @@ class Agent:
             "batch_size": getattr(loader, "batch_size", None),
             "dataset": type(getattr(loader, "dataset", None)).__name__,
             "files": files,
-            "lean_probe": _lean_probe(loader.dataset, files) if self.mode == "cold" else None,
+            "lean_probe": lean_probe(loader.dataset, files) if self.mode == "cold" else None,
             "timeline": [s for s in timeline if window.covers(s[1])],
             "stats": {k: v for k, v in stats.items() if k != "per_epoch"},
             "loaders": [_summary(w, w is watch) for w in self.watches.values()],
@@ -314,56 +315,6 @@ def _rank() -> int:
         pass
     env = os.environ
     return int(env.get("RANK") or env.get("LOCAL_RANK") or 0)
-
-
-def _files_of(dataset: Any) -> list[str]:
-    """A few of the dataset's image files, when it lists them (``samples``/``imgs`` pairs, as
-    torchvision's ImageFolder does): the analyzer prices unstall's lean pipeline on them."""
-    pairs = getattr(dataset, "samples", None) or getattr(dataset, "imgs", None)
-    out: list[str] = []
-    if isinstance(pairs, (list, tuple)):
-        step = max(1, len(pairs) // 48)
-        for item in pairs[::step][:48]:
-            path = item[0] if isinstance(item, (list, tuple)) and item else item
-            if isinstance(path, (str, os.PathLike)) and str(path).lower().endswith(
-                (".jpg", ".jpeg")
-            ):
-                out.append(os.fspath(path))
-    return out
-
-
-def _lean_probe(dataset: Any, files: list[str]) -> dict[str, float] | None:
-    """CPU seconds per sample of the job's own ``dataset[i]`` and of unstall's lean pipeline
-    on the same JPEGs, timed side by side in this process (same machine, same moment): their
-    ratio prices the lean remedy."""
-    if not files:
-        return None
-    import torch
-
-    from unstall.analysis.remedies import lean_pipeline_cpu
-
-    listed = getattr(dataset, "samples", None) or getattr(dataset, "imgs", None) or []
-    paths = {os.fspath(item[0]): i for i, item in enumerate(listed)}
-    chosen = [(f, paths[f]) for f in files if f in paths][:16]
-    indices = [i for _, i in chosen]
-    if len(indices) < 4:
-        return None
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as in a worker
-    try:
-        dataset[indices[0]]  # warm: imports, plugin lookups
-        c0 = time.thread_time()
-        for i in indices:
-            dataset[i]
-        own = (time.thread_time() - c0) / len(indices)
-        lean = lean_pipeline_cpu([f for f, _ in chosen])
-    except Exception:  # the probe is optional: no figure then
-        return None
-    finally:
-        torch.set_num_threads(threads)
-    if lean is None or own <= 0:
-        return None
-    return {"own_cpu_s": own, "lean_cpu_s": lean, "samples": len(indices)}
 
 
 def _evict_first(loader: Any, batches: int) -> bool:
