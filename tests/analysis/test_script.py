@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -107,10 +109,8 @@ import os, signal, subprocess, sys, time
 import psutil
 from torch.utils.data import DataLoader
 
-# a helper process that ignores SIGINT (as one stuck in a collective would): SIGKILL ends it
-helper = subprocess.Popen(
-    [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-     "time.sleep(3600)"])
+# a helper process the script started (SIGINT ends it; one that ignores it: the test below)
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
 loader = DataLoader(list(range(64)), batch_size=4, num_workers=2, persistent_workers=True)
 it = iter(loader)
 for _ in range(3):
@@ -129,13 +129,13 @@ stuck_in_a_collective()
 
 @pytest.mark.timeout(120)
 def test_a_hung_run_is_stopped_whole_and_says_where_it_was(tmp_path):
-    """Past --run-timeout the run's whole process group stops (its workers and a helper that
-    ignores SIGINT too), /dev/shm is as it was, and the error shows where each process was."""
+    """Past --run-timeout the run's whole process group stops (its workers and a helper it
+    started too), /dev/shm is as it was, and the error shows where each process was."""
     script = tmp_path / "hung.py"
     script.write_text(HUNG)
     pids_file = tmp_path / "pids"
     before = set(os.listdir("/dev/shm"))
-    command = [sys.executable, "-m", "unstall", "analyze", "--quick", "--run-timeout", "15"]
+    command = [sys.executable, "-m", "unstall", "analyze", "--quick", "--run-timeout", "12"]
     done = subprocess.run(
         [*command, "--", sys.executable, str(script), str(pids_file)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -146,9 +146,44 @@ def test_a_hung_run_is_stopped_whole_and_says_where_it_was(tmp_path):
     )
     out = " ".join(done.stdout.split())  # rich folds long lines
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "the synthetic run of" in out and "did not end within 15 s and was stopped" in out
+    assert "the synthetic run of" in out and "did not end within 12 s and was stopped" in out
     assert "in stuck_in_a_collective" in out and "now waiting on the other rank" in out
     pids = [int(p) for p in pids_file.read_text().split()]
     assert len(pids) >= 1  # the helper (and the loader's workers, where they still run)
-    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    assert [p for p in pids if not _ends(p, within_s=2.0)] == []
     assert set(os.listdir("/dev/shm")) - before == set()
+
+
+def test_a_script_that_ends_but_leaves_a_process_holding_its_output_is_ended_too(tmp_path):
+    """The script exits, a server it started keeps its output open: past the time the run is
+    said to have ended, and the server it left goes (SIGINT ignored: SIGKILL)."""
+    from unstall.analysis.hang import RunTimedOut, run_script
+
+    pid_file = tmp_path / "pid"
+    script = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(3600)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "print('server started', flush=True)\n"
+    )
+    with pytest.raises(RunTimedOut) as caught:
+        run_script([sys.executable, "-c", script], dict(os.environ), 3.0, str(tmp_path), "cold")
+    message = str(caught.value)
+    assert "the cold run of" in message and "ended (exit 0), but processes it started" in message
+    assert "were still running after 3 s and were stopped" in message
+    assert "server started" in message
+    pid = int(pid_file.read_text())
+    assert _ends(pid, within_s=2.0)  # SIGKILLed: its output closes a moment before it is gone
+
+
+def _ends(pid: int, within_s: float) -> bool:
+    """Whether ``pid`` is gone or a zombie (whoever adopted it may reap it late) in time."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                time.sleep(0.02)
+                continue
+        return True
+    return False

@@ -77,7 +77,7 @@ def run_script(
     try:
         stdout, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _signal_group(proc.pid, SIGNAL)
+        _ask_for_stacks(out, proc.pid)
         time.sleep(1.0)  # faulthandler writes at once; a busy 2-core machine needs a moment
         where = stacks(out)
         ended = proc.poll()
@@ -122,13 +122,39 @@ def end_group(proc: subprocess.Popen) -> str:
 
 
 def _alive(proc: subprocess.Popen) -> bool:
-    """Whether any process of the group is left (the first one reaped when it has ended)."""
+    """Whether a live process of the group is left (the first one reaped when it has ended;
+    zombies that a container's init never reaps do not count)."""
     proc.poll()
     try:
         os.killpg(proc.pid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:  # no /proc: the signal's answer stands
+        return True
+    return any(_live_in(pid, proc.pid) for pid in pids)
+
+
+def _live_in(pid: int, pgid: int) -> bool:
+    """Whether ``pid`` runs (not a zombie) in process group ``pgid``, by /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state, _ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+    except (OSError, IndexError, ValueError):
+        return False
+    return int(pgrp) == pgid and state != "Z"
+
+
+def _ask_for_stacks(out: str, pgid: int) -> None:
+    """``SIGNAL`` to each process of the run that armed it (its file is in ``out``), and no
+    other: the signal's default action would end a process that did not (a shell, a helper),
+    and a pid of the run's that has ended may be another's by now."""
+    for path in glob.glob(os.path.join(out, "stacks-*.txt")):
+        pid = int(os.path.basename(path)[len("stacks-") : -len(".txt")])
+        if _live_in(pid, pgid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, SIGNAL)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
