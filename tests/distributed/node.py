@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 import unstall
 import unstall.distributed
+from unstall.data.shards import TarShards
 from unstall.stores.local import LocalStore
 
 
@@ -38,6 +39,29 @@ class LoggedStore(LocalStore):
         return data
 
 
+class LoggedTars(TarShards):
+    """`TarShards` that appends each sample it reads (``<shard>:<key>``) to a log file, one
+    line each, as `LoggedStore` does for files."""
+
+    def __init__(self, root: str, log: str):
+        super().__init__(root)
+        self.log = log
+
+    def fetch(self, indices):
+        data = super().fetch(indices)
+        fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, "".join(f"{self.key(i)}\n" for i in indices).encode())
+        finally:
+            os.close(fd)
+        return data
+
+
+def digests(batch: list[tuple[bytes, int]]) -> list[str]:
+    """A batch of tar-shard samples ``(image bytes, label)``: sha256 of each, label included."""
+    return [hashlib.sha256(image + b"|%d" % label).hexdigest() for image, label in batch]
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -45,9 +69,13 @@ def main() -> None:
     log = os.path.join(out_dir, f"reads-{rank}.log")
     if cfg["pg"]:
         dist.init_process_group("gloo")
-    store = LoggedStore(cfg["data"], log)
-    keys = sorted(store.list())
-    ds = unstall.FileDataset(store, keys)
+    collate = None
+    if cfg.get("tars"):  # webdataset tar shards, read in place
+        ds = LoggedTars(cfg["data"], log)
+        collate = digests
+    else:
+        store = LoggedStore(cfg["data"], log)
+        ds = unstall.FileDataset(store, sorted(store.list()))
     peers = unstall.Peers(timeout_s=1.0, tls=cfg.get("tls", True))
     cache = unstall.Cache(cfg["capacity"], disk=cfg.get("disk"), peers=peers)
     loader = unstall.DataLoader(
@@ -59,6 +87,7 @@ def main() -> None:
         rank=rank,
         world_size=world,
         cache=cache,
+        collate_fn=collate,
     )
     epochs, stats, per_epoch, tiers, total = [], [], [], [], 0
     for epoch in range(cfg["epochs"]):
@@ -68,7 +97,7 @@ def main() -> None:
             os.kill(os.getpid(), signal.SIGSTOP)
         seen = []
         for batch in loader:
-            seen += [hashlib.sha256(raw).hexdigest() for raw in batch]
+            seen += batch if collate else [hashlib.sha256(raw).hexdigest() for raw in batch]
             total += len(batch)
             with open(os.path.join(out_dir, f"progress-{rank}"), "w") as f:
                 f.write(str(total))  # samples so far, all epochs

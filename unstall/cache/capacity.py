@@ -69,8 +69,9 @@ def resolve_capacity(capacity: int | float, dataset: Any) -> tuple[int, int]:
 
     A fraction is of the dataset's estimated total bytes: the mean size of up to
     `SIZE_SAMPLE` evenly spaced keys times ``len(dataset)`` (exact when the
-    dataset has at most that many samples). Sizes come from ``os.stat`` when the
-    store maps keys to local files, else from fetching a few samples.
+    dataset has at most that many samples). Sizes come from the dataset's ``raw_sizes``
+    where it has one (exact, no read), ``os.stat`` when the store maps keys to local
+    files, else from fetching a few samples.
     """
     total = estimate_dataset_bytes(dataset)
     if isinstance(capacity, float):
@@ -83,6 +84,9 @@ def estimate_dataset_bytes(dataset: Any) -> int:
     n = len(dataset)
     if n == 0:
         return 0
+    sized = getattr(dataset, "raw_sizes", None)
+    if callable(sized):  # known without a read (shards: from their index): exact
+        return int(sized(range(n)).sum())
     store = _local_store(getattr(dataset, "store", None))
     if store is not None:
         picks = _spread(n, SIZE_SAMPLE)

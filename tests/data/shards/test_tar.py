@@ -45,6 +45,13 @@ def test_same_samples_and_labels_as_the_unpacked_files(tars, tmp_path):
     assert not whole.direct and whole.fingerprint() != ds.fingerprint()
     fields = whole.fields(5, whole.fetch([5])[0])
     assert sorted(fields) == ["cls", "jpg", "json"] and fields["json"] == b'{"n": 5}'
+    # what fetch gives, sized from the index: a cache's capacity with no sample read
+    from unstall.cache.capacity import estimate_dataset_bytes
+
+    for d in (ds, whole):
+        sizes = [len(raw) for raw in d.fetch(list(range(N)))]
+        assert d.raw_sizes(range(N)).tolist() == sizes
+        assert estimate_dataset_bytes(d) == sum(sizes)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

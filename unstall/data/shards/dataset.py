@@ -190,6 +190,12 @@ class ShardDataset(torch.utils.data.Dataset):
             self._versions = per_shard[self.index.sample_shard]
         return self._versions
 
+    def raw_sizes(self, indices: Sequence[int]) -> np.ndarray:
+        """Bytes `fetch` gives for each of ``indices``, from the index: a cache sizes itself
+        without reading a sample (16 reads per job before; range GETs on S3)."""
+        spans = self.spans[np.asarray(indices, dtype=np.int64)]
+        return spans[:, 1] - spans[:, 0]
+
     def fetch(self, indices: Sequence[int]) -> list[bytes]:
         """Raw bytes (the shard span) of each sample, in order."""
         idx = np.asarray(indices, dtype=np.int64)
