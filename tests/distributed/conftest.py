@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import multiprocessing as mp
@@ -135,6 +136,18 @@ class Cluster:
     def reads(self, rank: int) -> list[str]:
         path = self.out / f"reads-{rank}.log"
         return path.read_text().splitlines() if path.exists() else []
+
+    def reads_per_epoch(self, epochs: int) -> list[collections.Counter]:
+        """Per epoch, how many times each key was read from storage by all the nodes."""
+        per_epoch = [collections.Counter() for _ in range(epochs)]
+        for rank in range(WORLD):
+            epoch = 0
+            for line in self.reads(rank):
+                if line.startswith("#end"):
+                    epoch += 1
+                else:
+                    per_epoch[epoch][line] += 1
+        return per_epoch
 
     def close(self) -> None:
         (self.out / "stop").touch()

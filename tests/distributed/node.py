@@ -22,6 +22,15 @@ from unstall.data.shards import TarShards
 from unstall.stores.local import LocalStore
 
 
+def append_lines(log: str, lines: list[str]) -> None:
+    """``lines`` appended to ``log`` in one write (O_APPEND: whole lines from any process)."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, "".join(f"{line}\n" for line in lines).encode())
+    finally:
+        os.close(fd)
+
+
 class LoggedStore(LocalStore):
     """A local store that appends every key it reads to a log file (O_APPEND: one line each)."""
 
@@ -31,11 +40,7 @@ class LoggedStore(LocalStore):
 
     def _get_many(self, keys: list[str]) -> list[bytes]:
         data = super()._get_many(keys)
-        fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, "".join(f"{k}\n" for k in keys).encode())
-        finally:
-            os.close(fd)
+        append_lines(self.log, keys)
         return data
 
 
@@ -49,11 +54,7 @@ class LoggedTars(TarShards):
 
     def fetch(self, indices):
         data = super().fetch(indices)
-        fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, "".join(f"{self.key(i)}\n" for i in indices).encode())
-        finally:
-            os.close(fd)
+        append_lines(self.log, [self.key(i) for i in indices])
         return data
 
 

@@ -29,14 +29,7 @@ def test_each_item_read_once_and_shards_match_single_node(cluster, tmp_path, tls
     want = reference(data, epochs)
     for rank in range(WORLD):
         assert results[rank]["epochs"] == want[rank], f"rank {rank} differs from one node"
-    per_epoch: list[collections.Counter] = [collections.Counter() for _ in range(epochs)]
-    for rank in range(WORLD):
-        epoch = 0
-        for line in c.reads(rank):
-            if line.startswith("#end"):
-                epoch += 1
-            else:
-                per_epoch[epoch][line] += 1
+    per_epoch = c.reads_per_epoch(epochs)
     assert per_epoch[0] == collections.Counter({f"{i:05d}.bin": 1 for i in range(N)})
     assert [sum(e.values()) for e in per_epoch[1:]] == [0] * (epochs - 1)
     # loader.stats()["peers"] (cumulative): epoch 2 on, other nodes' items all from peers

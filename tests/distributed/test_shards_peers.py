@@ -43,17 +43,8 @@ def test_tar_shards_each_sample_read_once_and_ranks_match_one_node(cluster, tmp_
     results = [c.result(rank, timeout=120) for rank in range(WORLD)]
     for rank in range(WORLD):
         assert results[rank]["epochs"] == want[rank], f"rank {rank} differs from one node"
-    keys = [f"train-{s:06d}.tar:s{n:06d}" for s in range(SHARDS) for n in range(N)]
-    keys = [k for k in keys if int(k[-6:]) // PER_SHARD == int(k[6:12])]
-    assert len(keys) == N
-    per_epoch: list[collections.Counter] = [collections.Counter() for _ in range(epochs)]
-    for rank in range(WORLD):
-        epoch = 0
-        for line in c.reads(rank):
-            if line.startswith("#end"):
-                epoch += 1
-            else:
-                per_epoch[epoch][line] += 1
+    keys = [f"train-{n // PER_SHARD:06d}.tar:s{n:06d}" for n in range(N)]
+    per_epoch = c.reads_per_epoch(epochs)
     # every sample read from its shard once by the whole cluster (by a rank or by its owner's
     # server; the caches size themselves from the index, reading none), then never again:
     # epochs 2 and 3 come from the nodes' RAM and their peers

@@ -136,22 +136,35 @@ def _alive(proc: subprocess.Popen) -> bool:
     return any(_live_in(pid, proc.pid) for pid in pids)
 
 
-def _live_in(pid: int, pgid: int) -> bool:
-    """Whether ``pid`` runs (not a zombie) in process group ``pgid``, by /proc."""
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """``(state, parent pid, process group)`` of ``pid`` from /proc, or None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            state, _ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+            state, ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+        return state, int(ppid), int(pgrp)
     except (OSError, IndexError, ValueError):
-        return False
-    return int(pgrp) == pgid and state != "Z"
+        return None
+
+
+def _live_in(pid: int, pgid: int) -> bool:
+    """Whether ``pid`` runs (not a zombie) in process group ``pgid``."""
+    stat = _stat(pid)
+    return stat is not None and stat[2] == pgid and stat[0] != "Z"
+
+
+def _dumps(out: str) -> list[tuple[int, str]]:
+    """``(pid, path)`` of each armed process's stack file in ``out``, by pid."""
+    found = []
+    for path in glob.glob(os.path.join(out, "stacks-*.txt")):
+        found.append((int(os.path.basename(path)[len("stacks-") : -len(".txt")]), path))
+    return sorted(found)
 
 
 def _ask_for_stacks(out: str, pgid: int) -> None:
     """``SIGNAL`` to each process of the run that armed it (its file is in ``out``), and no
     other: the signal's default action would end a process that did not (a shell, a helper),
     and a pid of the run's that has ended may be another's by now."""
-    for path in glob.glob(os.path.join(out, "stacks-*.txt")):
-        pid = int(os.path.basename(path)[len("stacks-") : -len(".txt")])
+    for pid, _path in _dumps(out):
         if _live_in(pid, pgid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, SIGNAL)
@@ -166,27 +179,26 @@ def stacks(out: str) -> str:
     """Each process's threads from its dump in ``out``, innermost ``FRAMES`` frames each;
     threads wholly in the standard library (queue feeders, idle pools) are counted only."""
     parts = []
-    for path in sorted(glob.glob(os.path.join(out, "stacks-*.txt"))):
+    for pid, path in _dumps(out):
         with open(path, errors="replace") as f:
             text = f.read().strip()
-        if not text:
-            continue
-        pid = os.path.basename(path)[len("stacks-") : -len(".txt")]
-        parts.append(f"  process {pid}{_whose(pid)}:\n" + _trim(text))
+        if text:
+            parts.append(f"  process {pid}{_whose(pid)}:\n" + _trim(text))
     return "\n".join(parts)
 
 
-def _whose(pid: str) -> str:
+def _whose(pid: int) -> str:
     """`` (child of P: command)`` from /proc while the process still runs."""
+    stat = _stat(pid)
+    if stat is None:
+        return ""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        with open(f"/proc/{pid}/stat") as f:
-            ppid = f.read().rsplit(")", 1)[1].split()[1]
-    except (OSError, IndexError):
+    except OSError:
         return ""
     cmd = cmd if len(cmd) <= 70 else cmd[:67] + "..."
-    return f" (child of {ppid}: {cmd})"
+    return f" (child of {stat[1]}: {cmd})"
 
 
 def _trim(text: str) -> str:
@@ -200,7 +212,8 @@ def _trim(text: str) -> str:
             threads.append([line.replace(" (most recent call first)", "")])
         elif threads:
             threads[-1].append(line.strip())
-    prefixes = {f'File "{p}/' for p in (stdlib, *sysconfig.get_paths().values())}
+    # longest first: a venv's site-packages before a prefix it lies under
+    prefixes = sorted({f'File "{p}/' for p in sysconfig.get_paths().values()}, key=len)[::-1]
     shown, idle = [], 0
     for head, *frames in threads:
         if frames and all(f'File "{stdlib}/' in f for f in frames):
@@ -212,9 +225,9 @@ def _trim(text: str) -> str:
     return "\n".join(shown)
 
 
-def _short(frame: str, prefixes: set[str]) -> str:
+def _short(frame: str, prefixes: list[str]) -> str:
     """A frame's file relative to the install it is in (``torch/utils/data/...``)."""
-    for p in sorted(prefixes, key=len, reverse=True):
+    for p in prefixes:
         if frame.startswith(p):
             return 'File "' + frame[len(p) :]
     return frame

@@ -241,15 +241,16 @@ SPREAD = 0.08
 
 def _rate_under(command: Sequence[str], window: dict[str, Any], kwargs: Any) -> float:
     """Samples/s of one cold run, under ``kwargs`` (``None``: the job's own settings)."""
-    if kwargs is None:
-        return round(figures(run_once(command, "cold", window)[0]).rate, 1)
-    fd, path = tempfile.mkstemp(prefix="unstall-rec-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"kwargs": kwargs}, f)
+    path = None
+    if kwargs is not None:
+        fd, path = tempfile.mkstemp(prefix="unstall-rec-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"kwargs": kwargs}, f)
     try:
         docs = run_once(command, "cold", window, config_path=path)
     finally:
-        os.unlink(path)
+        if path is not None:
+            os.unlink(path)
     return round(figures(docs[0]).rate, 1)
 
 
