@@ -1,0 +1,140 @@
+"""The layout rules of the package, checked on its source (README "Layout"):
+
+- no module over 400 lines;
+- ``__init__.py`` files only re-export: imports, ``__all__``, a docstring, or a lazy re-export
+  (``_HOMES``, name -> module, served by ``__getattr__``) where import cost matters;
+- no private name crosses a package: ``unstall.a`` neither imports ``_x`` (or a ``_module``) from
+  ``unstall.b`` nor calls ``obj._x`` where ``_x`` is defined in ``unstall.b`` and not in ``unstall.a``;
+- library code never imports ``unstall.bench``, ``unstall.cli`` or ``unstall.testing``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "unstall"
+MAX_LINES = 400
+#: Packages that sit above the library: the library may not import them.
+TOP = {"bench", "cli", "testing"}
+#: A package may re-export lazily (``_HOMES`` + these): its names load on first use.
+LAZY = {"__getattr__", "__dir__"}
+
+
+def _modules() -> dict[str, ast.Module]:
+    return {
+        str(p.relative_to(ROOT.parent)): ast.parse(p.read_text(), str(p))
+        for p in sorted(ROOT.rglob("*.py"))
+    }
+
+
+def _package(path: str) -> str:
+    """``unstall/cache/shm/x.py`` -> ``cache``; ``unstall/errors.py`` -> ``errors``."""
+    parts = Path(path).parts
+    return parts[1].removesuffix(".py") if len(parts) > 1 else ""
+
+
+def _target_package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "unstall" and len(parts) > 1 else None
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _imports(tree: ast.Module):
+    """(module, name or None, alias) for every import in ``tree``, wherever it stands."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                yield node.module, alias.name, alias.asname or alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, None, alias.asname or alias.name.split(".")[0]
+
+
+def test_no_module_is_over_400_lines():
+    long = {
+        str(p.relative_to(ROOT.parent)): n
+        for p in ROOT.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_init_files_only_re_export():
+    allowed = (ast.Import, ast.ImportFrom)
+    bad = []
+    for path, tree in _modules().items():
+        if not path.endswith("__init__.py"):
+            continue
+        for i, node in enumerate(tree.body):
+            if isinstance(node, allowed):
+                continue
+            if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+                continue  # the docstring
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if [getattr(t, "id", None) for t in targets] in (["__all__"], ["_HOMES"], ["__version__"]):
+                continue  # the names, and where each lazily re-exported one lives
+            if isinstance(node, ast.FunctionDef) and node.name in LAZY:
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            bad.append(f"{path}:{node.lineno} {type(node).__name__}")
+    assert bad == []
+
+
+def test_no_private_name_is_imported_across_packages():
+    bad = []
+    for path, tree in _modules().items():
+        here = _package(path)
+        for module, name, _alias in _imports(tree):
+            there = _target_package(module)
+            if there is None or there == here:
+                continue
+            parts = [*module.split(".")[2:], *([name] if name else [])]
+            if any(_private(p) for p in parts):
+                bad.append(f"{path}: {module} {name or ''}".strip())
+    assert bad == []
+
+
+def test_no_private_attribute_of_another_package_is_used():
+    """``obj._x`` where ``_x`` is defined only in other packages (read from the definitions)."""
+    modules = _modules()
+    defined: dict[str, set[str]] = defaultdict(set)
+    for path, tree in modules.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                if _private(node.name):
+                    defined[node.name].add(_package(path))
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                if _private(node.attr):
+                    defined[node.attr].add(_package(path))
+    bad = []
+    for path, tree in modules.items():
+        here = _package(path)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not _private(node.attr):
+                continue
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if isinstance(owner, ast.Call) and getattr(owner.func, "id", None) == "super":
+                continue
+            homes = defined.get(node.attr, set())
+            if homes and here not in homes:
+                bad.append(f"{path}:{node.lineno} {ast.unparse(node)} (defined in {sorted(homes)})")
+    assert bad == []
+
+
+def test_library_code_never_imports_bench_cli_or_testing():
+    bad = []
+    for path, tree in _modules().items():
+        if _package(path) in TOP or path == "unstall/__main__.py":
+            continue
+        for module, _name, _alias in _imports(tree):
+            if _target_package(module) in TOP:
+                bad.append(f"{path}: {module}")
+    assert bad == []
