@@ -114,8 +114,8 @@ def _listing(root: Path, repeats: int) -> dict[str, Any]:
 def _version_check(root: Path, batch: int, repeats: int) -> dict[str, Any]:
     """Per-sample cost of serving cached items: the former read loop vs `ShmCache.lookup`."""
     from unstall.cache import Cache
-    from unstall.cache.layer import versions_of
-    from unstall.cache.shm_cache import READY
+    from unstall.cache.items import versions_of
+    from unstall.cache.shm.index import READY
     from unstall.data import ImageFolder
 
     ds = ImageFolder(root, raw=True)
@@ -125,7 +125,7 @@ def _version_check(root: Path, batch: int, repeats: int) -> dict[str, Any]:
         batches = [list(range(s, min(s + batch, n))) for s in range(0, n, batch)]
         for b in batches:  # fill
             layer.fetch(ds, b)
-        shm = layer._attached()
+        shm = layer.ram.mapped()
         assert shm is not None and int((shm.state == READY).sum()) == n
 
         def former(indices: list[int]) -> list[Any]:  # the lock-free loop before versions

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from unstall.cache.layer import fetch_from_storage, versions_of
+from unstall.cache.items import fetch_from_storage, versions_of
 from unstall.distributed import membership
 from unstall.distributed.client import PeerClient
 from unstall.distributed.counters import SharedCounters

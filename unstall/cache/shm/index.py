@@ -1,4 +1,5 @@
-"""The segment layout (header, process slots, per-item index, data area) and no-eviction get/put.
+"""The segment layout (header, process slots, per-item index, data area), its one lookup, and
+no-eviction put (claim, copy, publish).
 
 One file, mapped by every process that uses it::
 
@@ -41,16 +42,18 @@ import contextlib
 import mmap
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from unstall.cache import segment
+from unstall.cache.shm import segment
 
 MAGIC = 0x554E5354414C4C31  # "UNSTALL1"
 VERSION = 2
+#: Policy names and the codes the header stores (`unstall.cache.policy` holds their behaviour).
 POLICIES = {"noevict": 0, "lru": 1}
+_POLICY_NAMES = {code: name for name, code in POLICIES.items()}
 SLOTS = 128
 EMPTY, CLAIMED, READY = 0, 1, 2
 
@@ -79,20 +82,28 @@ def _align(n: int, to: int = 64) -> int:
 
 @dataclass(frozen=True)
 class Layout:
-    """Sizes that fix where everything lies in a segment; computed once, stored in the header."""
+    """Sizes that fix where everything lies in a segment; computed once, stored in the header.
+
+    ``page_size`` > 0 makes the data area paged (an evicting policy's: items in chained
+    pages, a ``last_use`` word per item); 0 (no eviction) packs items back to back.
+    """
 
     n_items: int
     capacity: int
     policy: str = "noevict"
     page_size: int = 0
 
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy={self.policy!r} is unknown; use one of {sorted(POLICIES)}")
+
     @property
     def n_pages(self) -> int:
-        return self.capacity // self.page_size if self.policy == "lru" else 0
+        return self.capacity // self.page_size if self.page_size else 0
 
     @property
     def data_bytes(self) -> int:
-        return self.n_pages * self.page_size if self.policy == "lru" else self.capacity
+        return self.n_pages * self.page_size if self.page_size else self.capacity
 
     def offsets(self) -> dict[str, int]:
         """Byte offset of each part, and ``"end"``: the file size."""
@@ -105,7 +116,7 @@ class Layout:
             ("version", 8 * n),
             ("stored_by", 8 * n),
             ("state", n),
-            ("last_use", 8 * n if self.policy == "lru" else 0),
+            ("last_use", 8 * n if self.page_size else 0),
             ("next_page", 4 * self.n_pages),
             ("data", self.data_bytes),
         ):
@@ -161,7 +172,7 @@ class ShmCache:
         self.layout = Layout(
             n_items=int(self.hdr[H_ITEMS]),
             capacity=int(self.hdr[H_CAPACITY]),
-            policy="lru" if int(self.hdr[H_POLICY]) == POLICIES["lru"] else "noevict",
+            policy=_POLICY_NAMES.get(int(self.hdr[H_POLICY]), "noevict"),
             page_size=int(self.hdr[H_PAGE]),
         )
         off, n, mm = self.layout.offsets(), self.layout.n_items, self.mm
@@ -174,8 +185,8 @@ class ShmCache:
         self.version = np.ndarray((n,), np.int64, mm, off["version"])
         self.stored_by = np.ndarray((n,), np.int64, mm, off["stored_by"])
         self.state = np.ndarray((n,), np.uint8, mm, off["state"])
-        lru = self.layout.policy == "lru"
-        self.last_use = np.ndarray((n if lru else 0,), np.int64, mm, off["last_use"])
+        paged = self.layout.page_size > 0
+        self.last_use = np.ndarray((n if paged else 0,), np.int64, mm, off["last_use"])
         self.next_page = np.ndarray((self.layout.n_pages,), np.int32, mm, off["next_page"])
         self.data_off = off["data"]
         self.capacity = self.layout.capacity
@@ -192,7 +203,7 @@ class ShmCache:
         hdr[H_FP0], hdr[H_FP1] = fingerprint_words(fingerprint)
         hdr[H_MAGIC] = MAGIC
         self._map_views()
-        if layout.policy == "lru":
+        if layout.page_size:  # paged: every page on the free list
             self.next_page[:] = np.arange(1, layout.n_pages + 1, dtype=np.int32)
             if layout.n_pages:
                 self.next_page[-1] = -1
@@ -229,7 +240,7 @@ class ShmCache:
             self.mm.close()
         os.close(self.fd)
 
-    # No-eviction get/put -------------------------------------------------------------
+    # The lookup (both tiers) and no-eviction put ---------------------------------------
     def get_many(
         self, indices: list[int], versions: np.ndarray | None = None
     ) -> list[bytes | None]:
@@ -237,12 +248,18 @@ class ShmCache:
         return self.lookup(indices, versions)[0]
 
     def lookup(
-        self, indices: list[int], versions: np.ndarray | None = None
+        self,
+        indices: list[int],
+        versions: np.ndarray | None = None,
+        read: Callable[[list[int], list[int]], list[bytes | None]] | None = None,
     ) -> tuple[list[bytes | None], int]:
         """`get_many`, and how many items were READY under another version (stale).
 
-        No lock (see the module notes): state and version are read before the bytes
-        and again after, so an item replaced meanwhile is a miss, never torn bytes.
+        The one lookup of the RAM and disk tiers: ``read(offsets, lengths)`` gives the
+        bytes of the READY items (None where it cannot: a miss); by default `read_data`,
+        this mapping's own data area; the disk tier reads its data file. No lock (see
+        the module notes): state and version are read before the bytes and again after,
+        so an item replaced meanwhile is a miss, never torn bytes.
         """
         idx = np.asarray(indices, dtype=np.intp)  # one conversion for every gather below
         ready = self.state[idx] == READY
@@ -256,11 +273,11 @@ class ShmCache:
         if not len(hit):
             return out, stale
         which = idx[hit]
-        base, mm = self.data_off, self.mm
-        starts = (self.offset[which] + base).tolist()  # loaded after the states (see notes)
+        starts = self.offset[which].tolist()  # loaded after the states (see notes)
         lengths = self.length[which].tolist()
-        for k, start, size in zip(hit.tolist(), starts, lengths, strict=True):
-            out[k] = mm[start : start + size]
+        raws = (read or self.read_data)(starts, lengths)
+        for k, raw in zip(hit.tolist(), raws, strict=True):
+            out[k] = raw
         still = self.state[which] == READY
         if versions is not None:
             still &= self.version[which] == versions[hit]
@@ -268,6 +285,11 @@ class ShmCache:
             for k in hit[~still].tolist():
                 out[k] = None
         return out, stale
+
+    def read_data(self, offsets: list[int], lengths: list[int]) -> list[bytes | None]:
+        """The bytes at ``offsets`` of this mapping's data area (the RAM tier's reads)."""
+        base, mm = self.data_off, self.mm
+        return [mm[base + s : base + s + n] for s, n in zip(offsets, lengths, strict=True)]
 
     def put_many(
         self, items: list[tuple[int, bytes]], versions: np.ndarray | None = None, since: int = 0
@@ -353,8 +375,8 @@ class ShmCache:
         Raises:
             AssertionError: naming the first inconsistency found.
         """
-        if self.layout.policy == "lru":
-            raise AssertionError(f"{self.path} is an LRU segment: use policy.lru_check")
+        if self.layout.page_size:
+            raise AssertionError(f"{self.path} is a paged (LRU) segment: use lru.lru_check")
         ready = np.flatnonzero(self.state == READY)
         held = np.flatnonzero(self.state != EMPTY)
         starts, ends = self.offset[held], self.offset[held] + self.length[held]
@@ -372,6 +394,7 @@ class ShmCache:
             )
 
     def used_bytes(self) -> int:
-        if self.layout.policy == "lru":
+        """Bytes of the data area taken: the bump pointer, or the pages not free."""
+        if self.layout.page_size:
             return (int(self.hdr[H_PAGES]) - int(self.hdr[H_FREE_PAGES])) * self.layout.page_size
         return int(self.hdr[H_BUMP])
