@@ -16,27 +16,60 @@ from unstall.cache.lru import lru_check, lru_get_many, lru_put_many, page_size_f
 from unstall.cache.shm.index import ShmCache
 
 
-class NoEvict:
-    """Fill until full, then keep: items packed back to back, read without a lock."""
+class Policy:
+    """What a policy decides; one subclass per policy, one instance each (`POLICIES`)."""
 
-    name = "noevict"
+    name = ""
     #: Readers take no lock (the peer server serves such hits on its event loop).
-    lock_free = True
+    lock_free = False
     #: A disk tier can sit under it (items go to RAM or disk, never both).
-    stacks = True
+    stacks = False
 
     def page_size(self, mean_item_bytes: float) -> int:
         """The data area's page size for items of this mean size (0: not paged)."""
-        return 0
+        raise NotImplementedError
 
     def fit(self, room: int, page_size: int) -> int:
         """The capacity that fits in ``room`` bytes of data area."""
-        return room
+        raise NotImplementedError
 
     def get_many(
         self, cache: ShmCache, indices: list[int], versions: np.ndarray | None
     ) -> tuple[list[bytes | None], int]:
         """Bytes of each cached item of the expected version (None otherwise), and the stale."""
+        raise NotImplementedError
+
+    def put_many(
+        self,
+        cache: ShmCache,
+        items: list[tuple[int, bytes]],
+        versions: np.ndarray | None,
+        since: int,
+    ) -> tuple[int, int]:
+        """Store what is not cached (or stale); returns (items, bytes)."""
+        raise NotImplementedError
+
+    def check(self, cache: ShmCache) -> None:
+        """Assert the segment's index is consistent (tests)."""
+        raise NotImplementedError
+
+
+class NoEvict(Policy):
+    """Fill until full, then keep: items packed back to back, read without a lock."""
+
+    name = "noevict"
+    lock_free = True
+    stacks = True
+
+    def page_size(self, mean_item_bytes: float) -> int:
+        return 0
+
+    def fit(self, room: int, page_size: int) -> int:
+        return room
+
+    def get_many(
+        self, cache: ShmCache, indices: list[int], versions: np.ndarray | None
+    ) -> tuple[list[bytes | None], int]:
         return cache.lookup(indices, versions)
 
     def put_many(
@@ -46,20 +79,16 @@ class NoEvict:
         versions: np.ndarray | None,
         since: int,
     ) -> tuple[int, int]:
-        """Store what is not cached (see `ShmCache.claim`); returns (items, bytes)."""
-        return cache.put_many(items, versions, since)
+        return cache.put_many(items, versions, since)  # see `ShmCache.claim`
 
     def check(self, cache: ShmCache) -> None:
-        """Assert the segment's index is consistent (tests)."""
         cache.check()
 
 
-class Lru(NoEvict):
+class Lru(Policy):
     """Least recently used, for comparison only: paged, every get and put under the lock."""
 
     name = "lru"
-    lock_free = False
-    stacks = False
 
     def page_size(self, mean_item_bytes: float) -> int:
         return page_size_for(mean_item_bytes)
@@ -86,10 +115,10 @@ class Lru(NoEvict):
 
 
 #: Every policy by name.
-POLICIES: dict[str, NoEvict] = {p.name: p for p in (NoEvict(), Lru())}
+POLICIES: dict[str, Policy] = {p.name: p for p in (NoEvict(), Lru())}
 
 
-def policy_named(name: str) -> NoEvict:
+def policy_named(name: str) -> Policy:
     """The policy called ``name``.
 
     Raises:

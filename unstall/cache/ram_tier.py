@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from unstall.cache.policy import NoEvict, policy_named
+from unstall.cache.policy import Policy, policy_named
 from unstall.cache.shm import keep, lifecycle
 from unstall.cache.shm.index import (
     H_CACHED_BYTES,
@@ -34,7 +34,7 @@ class RamTier(MappedTier):
         super().__init__(**args)
         self.policy = policy
         #: The policy object (chosen by name, once: `unstall.cache.policy`).
-        self.rule: NoEvict = policy_named(policy)
+        self.rule: Policy = policy_named(policy)
         self.keep_s = keep_s  # seconds the segment stays after its last user (`shm.keep`)
 
     @property

@@ -129,6 +129,16 @@ class MappedTier:
     ) -> tuple[list[bytes | None], int]:
         raise NotImplementedError
 
+    def put_many(
+        self, items: list[tuple[int, bytes]], versions: np.ndarray | None, since: int
+    ) -> tuple[int, int]:
+        """Store what the tier takes (items it lacks, or holds stale); returns (items, bytes)."""
+        raise NotImplementedError
+
+    def check(self) -> None:
+        """Assert the tier's index is consistent (tests); no-op when off."""
+        raise NotImplementedError
+
     def not_cached(self, indices: list[int], versions: np.ndarray | None = None) -> list[int]:
         """``indices`` less those READY (under the expected ``versions``) in this tier."""
         index = self.mapped()

@@ -19,6 +19,7 @@ import numpy as np
 from unstall.cache.disk_tier import DiskTier
 from unstall.cache.items import fetch_from_storage, pick, versions_of
 from unstall.cache.ram_tier import RamTier
+from unstall.cache.tier import MappedTier
 
 
 class TieredLayer:
@@ -32,7 +33,7 @@ class TieredLayer:
         if ram is None and disk is None:
             raise ValueError("a cache layer needs a RAM tier, a disk tier or both")
         self.ram, self.disk = ram, disk
-        self.tiers: list[RamTier | DiskTier] = [t for t in (ram, disk) if t is not None]
+        self.tiers: list[MappedTier] = [t for t in (ram, disk) if t is not None]
         #: When this bind happened (ns): items this job stores are marked with it, and it
         #: replaces no stale item stored by a later bind (`ShmCache.claim`).
         self.bound_ns = time.time_ns()

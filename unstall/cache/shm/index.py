@@ -30,9 +30,8 @@ dataset derives from size + mtime + inode, or size + ETag; see
 under another version is *stale*, a miss (counted), never served. A filler with a
 newer listing replaces it (``stored_by``: when the storing job bound the cache; an
 older job leaves a newer job's item alone and reads storage): under the lock the item
-goes READY -> CLAIMED with a
-fresh offset (the old bytes stay where they were, unused: the bump pointer only
-grows), then READY with the new version. A lock-free reader therefore checks
+goes READY -> CLAIMED with a fresh offset (the old bytes stay where they were, unused:
+the bump pointer only grows), then READY with the new version. A lock-free reader therefore checks
 state and version again after copying the bytes, and drops what changed meanwhile.
 """
 
