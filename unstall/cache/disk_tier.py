@@ -70,9 +70,9 @@ class DiskTier(MappedTier):
     ) -> tuple[list[bytes | None], int]:
         fd = self._fd
 
-        def read(offsets: list[int], lengths: list[int]) -> list[bytes | None]:
+        def read(offsets: np.ndarray, lengths: np.ndarray) -> list[bytes | None]:
             out: list[bytes | None] = []
-            for start, size in zip(offsets, lengths, strict=True):
+            for start, size in zip(offsets.tolist(), lengths.tolist(), strict=True):
                 raw = os.pread(fd, size, start)
                 out.append(raw if len(raw) == size else None)  # short: cut under us, a miss
             return out

@@ -56,17 +56,19 @@ class TieredLayer:
             self.ram.count(0, len(indices), 0, 0)  # the cache is off: straight to storage
             return dataset.fetch(indices)
         versions = versions_of(dataset, indices)
-        got: list[bytes | None] = [None] * len(indices)
-        need = list(range(len(indices)))
-        found: list[tuple[int, int, int]] = []  # per tier: (asked, hits, stale)
-        for tier in self.tiers:
-            hits = stale = 0
-            asked = len(need)
+        got, stale = self.tiers[0].get_many(indices, versions)
+        need = [k for k, raw in enumerate(got) if raw is None]
+        found = [(len(indices), len(indices) - len(need), stale)]  # per tier: asked, hits, stale
+        for tier in self.tiers[1:]:  # the next tier is asked for what the ones above missed
+            asked, hits, stale = len(need), 0, 0
             if need:
                 raws, stale = tier.get_many([indices[k] for k in need], pick(versions, need))
+                left = []
                 for k, raw in zip(need, raws, strict=True):
-                    got[k] = raw
-                left = [k for k in need if got[k] is None]
+                    if raw is None:
+                        left.append(k)
+                    else:
+                        got[k] = raw
                 hits, need = asked - len(left), left
             found.append((asked, hits, stale))
         stored = [(0, 0)] * len(self.tiers)

@@ -250,7 +250,7 @@ class ShmCache:
         self,
         indices: list[int],
         versions: np.ndarray | None = None,
-        read: Callable[[list[int], list[int]], list[bytes | None]] | None = None,
+        read: Callable[[np.ndarray, np.ndarray], list[bytes | None]] | None = None,
     ) -> tuple[list[bytes | None], int]:
         """`get_many`, and how many items were READY under another version (stale).
 
@@ -272,11 +272,13 @@ class ShmCache:
         if not len(hit):
             return out, stale
         which = idx[hit]
-        starts = self.offset[which].tolist()  # loaded after the states (see notes)
-        lengths = self.length[which].tolist()
-        raws = (read or self.read_data)(starts, lengths)
-        for k, raw in zip(hit.tolist(), raws, strict=True):
-            out[k] = raw
+        # offsets and lengths loaded after the states (see notes)
+        raws = (read or self.read_data)(self.offset[which], self.length[which])
+        if len(raws) == len(indices):  # all hits: the reads are the answer, in order
+            out = raws
+        else:
+            for k, raw in zip(hit.tolist(), raws, strict=True):
+                out[k] = raw
         still = self.state[which] == READY
         if versions is not None:
             still &= self.version[which] == versions[hit]
@@ -285,10 +287,12 @@ class ShmCache:
                 out[k] = None
         return out, stale
 
-    def read_data(self, offsets: list[int], lengths: list[int]) -> list[bytes | None]:
+    def read_data(self, offsets: np.ndarray, lengths: np.ndarray) -> list[bytes | None]:
         """The bytes at ``offsets`` of this mapping's data area (the RAM tier's reads)."""
-        base, mm = self.data_off, self.mm
-        return [mm[base + s : base + s + n] for s, n in zip(offsets, lengths, strict=True)]
+        starts = offsets + self.data_off
+        mm = self.mm
+        ends = (starts + lengths).tolist()
+        return [mm[a:b] for a, b in zip(starts.tolist(), ends, strict=True)]
 
     def put_many(
         self, items: list[tuple[int, bytes]], versions: np.ndarray | None = None, since: int = 0
