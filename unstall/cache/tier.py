@@ -13,7 +13,7 @@ its own slot, so the owner sums its workers' figures without messages.
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from unstall.cache.shm import lifecycle
 from unstall.cache.shm.index import EMPTY, READY, ShmCache
 
 
+@runtime_checkable
 class Tier(Protocol):
     """What the composing layer (`unstall.cache.tiered.TieredLayer`) asks of a tier."""
 

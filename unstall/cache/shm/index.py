@@ -38,9 +38,11 @@ state and version again after copying the bytes, and drops what changed meanwhil
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import mmap
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -140,8 +142,6 @@ def fingerprint_words(fingerprint: str) -> tuple[int, int]:
     except ValueError:
         raw = b""
     if len(raw) < 16:
-        import hashlib
-
         raw = hashlib.blake2b(fingerprint.encode(), digest_size=16).digest()
     a, b = np.frombuffer(raw, dtype=np.int64)
     return int(a), int(b)
@@ -192,8 +192,6 @@ class ShmCache:
 
     def init_header(self, layout: Layout, fingerprint: str, dataset_bytes: int) -> None:
         """Write a fresh segment's header (the creator only, before it is published)."""
-        import time
-
         hdr = self.hdr
         hdr[H_VERSION], hdr[H_ITEMS], hdr[H_CAPACITY] = VERSION, layout.n_items, layout.capacity
         hdr[H_POLICY], hdr[H_PAGE] = POLICIES[layout.policy], layout.page_size
@@ -240,19 +238,14 @@ class ShmCache:
         os.close(self.fd)
 
     # The lookup (both tiers) and no-eviction put ---------------------------------------
-    def get_many(
-        self, indices: list[int], versions: np.ndarray | None = None
-    ) -> list[bytes | None]:
-        """Bytes of each READY item (of the ``versions`` expected, if given), None for the rest."""
-        return self.lookup(indices, versions)[0]
-
     def lookup(
         self,
         indices: list[int],
         versions: np.ndarray | None = None,
         read: Callable[[np.ndarray, np.ndarray], list[bytes | None]] | None = None,
     ) -> tuple[list[bytes | None], int]:
-        """`get_many`, and how many items were READY under another version (stale).
+        """Bytes of each READY item (of the ``versions`` expected, if given), None for the rest,
+        and how many items were READY under another version (stale).
 
         The one lookup of the RAM and disk tiers: ``read(offsets, lengths)`` gives the
         bytes of the READY items (None where it cannot: a miss); by default `read_data`,
