@@ -6,7 +6,7 @@ per-read version check, each against the code it replaced, in the same run.
   `unstall.data.folder_index` cold (one ``os.scandir`` pass, saved) and warm (the saved
   index, checked by one ``stat`` per directory). Wall time (median of repeats) and peak
   Python memory (``tracemalloc``, a separate pass).
-- version check: a `CacheLayer` serving a fully cached dataset, batch after batch, with
+- version check: a `TieredLayer` (RAM tier) serving a fully cached dataset, batch after batch, with
   each item's version compared (now), against the former lock-free read loop (no
   versions), per sample.
 """
@@ -190,7 +190,7 @@ def run(*, quick: bool = False, console: Any = None) -> BenchResult:
          "us": round(check["before_us"], 3)},
         {"case": "cached read, per sample", "loader": "version checked",
          "us": round(check["after_us"], 3), "ratio": round(check["ratio"], 3)},
-        {"case": "cached read, per sample", "loader": "CacheLayer.fetch",
+        {"case": "cached read, per sample", "loader": "TieredLayer.fetch",
          "us": round(check["layer_fetch_us"], 3)},
     ]  # fmt: skip
     return BenchResult(

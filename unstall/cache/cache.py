@@ -47,7 +47,7 @@ class Cache:
         keep: seconds the RAM segment stays after its last user leaves, so the next
             job hits from its first epoch [Unit: second]; default
             ``$UNSTALL_CACHE_KEEP_S``, else 3600; 0 removes it at once. Kept segments
-            are released earlier when memory is short (`unstall.cache.keep`).
+            are released earlier when memory is short (`unstall.cache.shm.keep`).
 
     ``bind(dataset)`` (called by `unstall.DataLoader`) maps the segment, creating it
     if no process on the node has, and switches local stores to reading around

@@ -8,7 +8,7 @@ A segment's users are its live owners. The last owner to close either removes
 the file or, with a keep time (`Cache(keep=...)`, ``$UNSTALL_CACHE_KEEP_S``),
 leaves it *kept* until then, so the next job of the same dataset hits from its
 first epoch (every item carries its source's version, so nothing stale is
-served); `unstall.cache.keep` releases kept segments when they expire or memory
+served); `unstall.cache.shm.keep` releases kept segments when they expire or memory
 is needed. A segment whose owners are all dead (SIGKILL, OOM), or a kept one, is
 reclaimed by the next process that opens it: reused if it holds the same dataset
 and capacity, else replaced.
