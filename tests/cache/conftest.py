@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import unstall
-from unstall.cache import segment
+from unstall.cache.shm import segment
 
 
 @pytest.fixture(autouse=True)

@@ -51,8 +51,8 @@ def test_s3_dataset_gets_a_logged_disk_tier_and_epoch_2_makes_no_request(
         loader = unstall.DataLoader(ds, batch_size=8, shuffle=True, num_workers=2)
         again = unstall.DataLoader(ds, batch_size=8)  # same dataset: not announced twice
     layer = loader._fetch_layer
-    assert isinstance(layer, TieredLayer) and layer.ram is None
-    assert layer.path is not None and layer.path.startswith(str(unstall_cache_dir))
+    assert isinstance(layer, TieredLayer) and layer.ram is None and layer.disk is not None
+    assert layer.disk.path is not None and layer.disk.path.startswith(str(unstall_cache_dir))
     lines = [r.getMessage() for r in caplog.records if "caching" in r.getMessage()]
     assert len(lines) == 1, lines
     assert disk_tier.tier_dir() in lines[0] and "cache=False" in lines[0]
@@ -62,7 +62,7 @@ def test_s3_dataset_gets_a_logged_disk_tier_and_epoch_2_makes_no_request(
     first, second = loader.stats()["per_epoch"]
     assert second["store"]["requests"] == 0 and first["store"]["requests"] > 0
     assert (second["cache"]["disk_hits"], second["cache"]["misses"]) == (N, 0)
-    assert os.path.getsize(layer.path[: -len(".idx")] + ".idx") > 0
+    assert os.path.getsize(layer.disk.path[: -len(".idx")] + ".idx") > 0
     del again
 
 

@@ -15,7 +15,8 @@ import pytest
 
 import unstall
 from unstall.cache import DiskFullWarning, clear_caches, disk_tier, list_caches
-from unstall.cache.shm_cache import CLAIMED, READY
+from unstall.cache.shm import lifecycle
+from unstall.cache.shm.index import CLAIMED, READY
 
 from .conftest import run_epochs
 from .helpers import env
@@ -138,7 +139,7 @@ def test_job_killed_mid_write_leaves_nothing_served_wrong(tmp_path):
         proc.wait(timeout=10)
     (tier,) = [c for c in list_caches() if c["tier"] == "disk"]
     name = tier["name"]
-    with contextlib.closing(disk_tier.lifecycle._map(disk_tier.index_path(name))) as index:
+    with contextlib.closing(lifecycle.map_file(disk_tier.index_path(name))) as index:
         # the item half written and the rest of its batch (claimed, not yet written)
         assert int((index.state == CLAIMED).sum()) == 4
         published = int((index.state == READY).sum())

@@ -11,7 +11,8 @@ import pytest
 import unstall
 from tests.cache.conftest import run_epochs, sample_bytes
 from tests.cache.helpers import start_job
-from unstall.cache import SharedMemoryWarning, clear_caches, list_caches, segment
+from unstall.cache import SharedMemoryWarning, clear_caches, list_caches
+from unstall.cache.shm import segment
 
 N, SIZE = 160, 1024
 

@@ -7,8 +7,9 @@ import os
 import unstall
 from tests.cache.conftest import run_epochs
 from tests.cache.helpers import run_job
-from unstall.cache import list_caches, segment
-from unstall.cache.shm_cache import Layout
+from unstall.cache import list_caches
+from unstall.cache.shm import segment
+from unstall.cache.shm.index import Layout
 
 N, SIZE = 200, 1024
 

@@ -14,8 +14,8 @@ import pytest
 
 import unstall
 from unstall.cache import clear_caches, list_caches
-from unstall.cache.policy import lru_check, lru_get_many, lru_put_many
-from unstall.cache.shm_cache import Layout
+from unstall.cache.lru import lru_check, lru_get_many, lru_put_many
+from unstall.cache.shm.index import Layout
 
 from .conftest import run_epochs
 from .helpers import env
@@ -142,7 +142,7 @@ def test_a_kept_segment_serves_the_next_job_from_its_first_epoch_but_no_changed_
 def test_kept_segments_are_released_over_the_cap_when_expired_and_when_room_is_needed(
     tmp_path, monkeypatch
 ):
-    from unstall.cache import keep, segment
+    from unstall.cache.shm import keep, segment
 
     def fill(sub: str) -> None:
         (tmp_path / sub).mkdir()
@@ -177,12 +177,12 @@ def test_keep_settings_are_checked(monkeypatch):
         unstall.Cache("1MiB", keep=-1)
     monkeypatch.setenv("UNSTALL_CACHE_KEEP_S", "soon")
     with pytest.raises(ValueError, match="UNSTALL_CACHE_KEEP_S='soon'"):
-        unstall.cache.keep.keep_seconds()
+        unstall.cache.shm.keep.keep_seconds()
 
 
 @pytest.mark.parametrize("policy", ["noevict", "lru"])
 def test_a_stale_item_is_a_miss_then_replaced_and_the_index_stays_consistent(policy, shm_namespace):
-    from unstall.cache import lifecycle, segment
+    from unstall.cache.shm import lifecycle, segment
 
     page = 256 if policy == "lru" else 0
     layout = Layout(n_items=4, capacity=1 << 16, policy=policy, page_size=page)
@@ -226,7 +226,8 @@ def test_a_stale_item_is_a_miss_then_replaced_and_the_index_stays_consistent(pol
 
 
 def test_a_kept_segment_is_removed_when_its_time_is_up_with_no_job_running(root):
-    from unstall.cache import reaper, shm_cache
+    from unstall.cache.shm import index as shm_cache
+    from unstall.cache.shm import reaper
 
     assert (reaper.MAGIC, reaper.VERSION) == (shm_cache.MAGIC, shm_cache.VERSION)
     assert reaper.H_KEEP_UNTIL == shm_cache.H_KEEP_UNTIL

@@ -12,12 +12,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 import unstall
-from unstall.cache import segment
+from unstall.cache.shm import segment
 from unstall.testing.nodes import free_port, node_address, start_node
 
 NODE = str(Path(__file__).with_name("node.py"))
@@ -55,17 +54,17 @@ class ItemsLayer:
     """A cache layer for `PeerServer.register` whose RAM tier holds ``items`` (all hits)."""
 
     peers = None
+    lock_free = True  # as a no-eviction RAM tier: served on the server's loop
 
     def __init__(self, items: list[bytes]):
         self.items = items
+        self.ram = self
 
-    def _attached(self) -> ItemsLayer:
-        return self
+    def attach(self) -> None:
+        pass
 
-    layout = SimpleNamespace(policy="noevict")
-
-    def get_many(self, indices: list[int]) -> list[bytes]:
-        return [self.items[i] for i in indices]
+    def get_many(self, indices: list[int], versions: object = None) -> tuple[list[bytes], int]:
+        return [self.items[i] for i in indices], 0
 
 
 def _run(fn, out: mp.Queue) -> None:

@@ -17,7 +17,7 @@ import time
 import torch.distributed as dist
 
 import unstall
-import unstall.distributed
+import unstall.distributed.peers
 from unstall.data.shards import TarShards
 from unstall.stores.local import LocalStore
 
@@ -112,7 +112,7 @@ def main() -> None:
         stats.append(loader.stats().get("peers", {}))  # cumulative
         per_epoch.append(loader.stats()["per_epoch"][-1].get("peers", {}))
         tiers.append(loader.stats()["cache"])
-    server = unstall.distributed._SERVER
+    server = unstall.distributed.peers.running_server()
     result = {
         "epochs": epochs,
         "stats": stats,

@@ -92,7 +92,7 @@ class _VersionedLayer(ItemsLayer):
 
     def get_many(self, indices, versions=None):
         assert versions is not None and versions.tolist() == [100 + i for i in indices]
-        return [self.items[i] for i in indices]
+        return [self.items[i] for i in indices], 0
 
 
 def test_a_peer_item_of_another_version_is_dropped_without_skipping_the_peer():

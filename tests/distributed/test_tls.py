@@ -19,8 +19,9 @@ import pytest
 import torch.distributed as dist
 
 from tests.distributed.conftest import ItemsLayer, forked
-from unstall.distributed import Peers, _check_same_tls, membership
+from unstall.distributed import Peers, membership
 from unstall.distributed.client import PeerClient
+from unstall.distributed.peers import check_same_tls
 from unstall.distributed.server import PeerServer
 from unstall.distributed.tls import (
     NodeCertificate,
@@ -253,10 +254,10 @@ def test_published_fingerprint_must_match_the_certificate():
 
 def test_every_node_must_agree_on_tls():
     with pytest.raises(RuntimeError, match=r"node 1 serves plain HTTP .* Peers\(tls=True\)"):
-        _check_same_tls(True, 0, {0: CERT.cert_pem, 1: None})
+        check_same_tls(True, 0, {0: CERT.cert_pem, 1: None})
     with pytest.raises(RuntimeError, match=r"node 0 serves TLS .* Peers\(tls=False\)"):
-        _check_same_tls(False, 1, {0: CERT.cert_pem, 1: None})
-    _check_same_tls(True, 0, {0: CERT.cert_pem, 1: CERT.cert_pem})
+        check_same_tls(False, 1, {0: CERT.cert_pem, 1: None})
+    check_same_tls(True, 0, {0: CERT.cert_pem, 1: CERT.cert_pem})
     with pytest.raises(ValueError, match=r"certificates= for nodes \[1\]"):
         Peers(node=0, addresses={0: f"{HOST}:1", 1: f"{HOST}:2"}, token=TOKEN)
     Peers(node=0, addresses={0: f"{HOST}:1", 1: f"{HOST}:2"}, token=TOKEN, tls=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import unstall
 from tests.distributed.conftest import make_data
-from unstall.cache import segment
+from unstall.cache.shm import segment
 from unstall.distributed import owner_of
 from unstall.distributed.client import etag_of
 from unstall.distributed.tls import make_certificate, server_context

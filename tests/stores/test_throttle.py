@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from unstall.cache import segment
+from unstall.cache.shm import segment
 from unstall.stores import LocalStore
 from unstall.testing.throttle import ThrottledStore
 

@@ -6,7 +6,7 @@ per-read version check, each against the code it replaced, in the same run.
   `unstall.data.folder_index` cold (one ``os.scandir`` pass, saved) and warm (the saved
   index, checked by one ``stat`` per directory). Wall time (median of repeats) and peak
   Python memory (``tracemalloc``, a separate pass).
-- version check: a `CacheLayer` serving a fully cached dataset, batch after batch, with
+- version check: a `TieredLayer` (RAM tier) serving a fully cached dataset, batch after batch, with
   each item's version compared (now), against the former lock-free read loop (no
   versions), per sample.
 """
@@ -114,8 +114,8 @@ def _listing(root: Path, repeats: int) -> dict[str, Any]:
 def _version_check(root: Path, batch: int, repeats: int) -> dict[str, Any]:
     """Per-sample cost of serving cached items: the former read loop vs `ShmCache.lookup`."""
     from unstall.cache import Cache
-    from unstall.cache.layer import versions_of
-    from unstall.cache.shm_cache import READY
+    from unstall.cache.items import versions_of
+    from unstall.cache.shm.index import READY
     from unstall.data import ImageFolder
 
     ds = ImageFolder(root, raw=True)
@@ -125,7 +125,7 @@ def _version_check(root: Path, batch: int, repeats: int) -> dict[str, Any]:
         batches = [list(range(s, min(s + batch, n))) for s in range(0, n, batch)]
         for b in batches:  # fill
             layer.fetch(ds, b)
-        shm = layer._attached()
+        shm = layer.ram.mapped()
         assert shm is not None and int((shm.state == READY).sum()) == n
 
         def former(indices: list[int]) -> list[Any]:  # the lock-free loop before versions
@@ -190,7 +190,7 @@ def run(*, quick: bool = False, console: Any = None) -> BenchResult:
          "us": round(check["before_us"], 3)},
         {"case": "cached read, per sample", "loader": "version checked",
          "us": round(check["after_us"], 3), "ratio": round(check["ratio"], 3)},
-        {"case": "cached read, per sample", "loader": "CacheLayer.fetch",
+        {"case": "cached read, per sample", "loader": "TieredLayer.fetch",
          "us": round(check["layer_fetch_us"], 3)},
     ]  # fmt: skip
     return BenchResult(

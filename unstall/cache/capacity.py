@@ -87,7 +87,7 @@ def estimate_dataset_bytes(dataset: Any) -> int:
     sized = getattr(dataset, "raw_sizes", None)
     if callable(sized):  # known without a read (shards: from their index): exact
         return int(sized(range(n)).sum())
-    store = _local_store(getattr(dataset, "store", None))
+    store = local_store(getattr(dataset, "store", None))
     if store is not None:
         picks = _spread(n, SIZE_SAMPLE)
         sizes = [os.stat(store.path(dataset.key(i))).st_size for i in picks]
@@ -115,7 +115,7 @@ def _spread(n: int, k: int) -> list[int]:
     return sorted({i * n // k for i in range(k)})
 
 
-def _local_store(store: Any) -> Any:
+def local_store(store: Any) -> Any:
     """The innermost store that maps keys to files (has ``path``), following ``inner`` links."""
     seen = 0
     while store is not None and seen < 8:

@@ -1,6 +1,7 @@
 """The local-disk tier: one packed data file per dataset, read with ``os.pread``, and its index.
 
-Files, in ``$UNSTALL_CACHE_DIR/tiers`` (default ``~/.cache/unstall/tiers``)::
+Files, in ``$UNSTALL_CACHE_DIR/tiers`` (default ``~/.cache/unstall/tiers``; opening,
+listing and removing them: `unstall.cache.disk_files`)::
 
     <name>.idx                 the index: the shared-memory segment's layout with an
                                empty data area (header, process slots, offset/length/state
@@ -12,7 +13,7 @@ the disk tier must outlive the jobs (epoch 2 of the next job is its point), and 
 mapped file gives every process of the node the same page-cache pages, so the
 RAM tier's publication protocol carries over unchanged, as the same code
 (`ShmCache.claim` under ``flock``, ``pwrite`` without it, `ShmCache.publish` READY
-under ``flock``; readers check READY first). A
+under ``flock``; readers use the same `ShmCache.lookup`, reading the data file). A
 second filler sees CLAIMED or READY and does not store the item again. The data
 file's name carries the index's inode and creation time, so a replaced index can
 never point into an older data file.
@@ -27,223 +28,123 @@ reboot (another boot id) is emptied rather than trusted.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import glob
-import hashlib
 import os
+import warnings
 from typing import Any
 
 import numpy as np
 
-from unstall.cache import lifecycle, segment
-from unstall.cache.shm_cache import (
-    CLAIMED,
-    EMPTY,
-    H_BUMP,
-    H_CACHED_BYTES,
-    H_CACHED_ITEMS,
-    H_CREATED,
-    H_DATASET_BYTES,
-    H_FP0,
-    H_FP1,
-    READY,
-    S_GROUP,
-    Layout,
-    ShmCache,
+from unstall.cache import disk_files
+from unstall.cache.capacity import format_bytes
+from unstall.cache.disk_files import (
+    H_DISK_CAPACITY,
+    H_FULL,
+    auto_disk_bytes,
+    cache_dir,
+    index_path,
+    tier_dir,
 )
-
-# header words of the disk index, after the segment's own (0..19)
-H_DISK_CAPACITY, H_BOOT, H_CLEAN, H_FULL = 20, 21, 22, 23
-#: Default directory of the cache (manifests live beside the tiers).
-DEFAULT_DIR = "~/.cache/unstall"
+from unstall.cache.shm import segment
+from unstall.cache.shm.index import H_BUMP, H_CACHED_BYTES, H_CACHED_ITEMS, ShmCache
+from unstall.cache.tier import MappedTier
 
 
-def cache_dir() -> str:
-    """``$UNSTALL_CACHE_DIR`` or ``~/.cache/unstall``: where disk tiers and manifests live."""
-    return os.path.expanduser(os.environ.get("UNSTALL_CACHE_DIR") or DEFAULT_DIR)
+class DiskFullWarning(UserWarning):
+    """The disk under the cache directory filled up: the disk tier stops growing."""
 
 
-def tier_dir() -> str:
-    return os.path.join(cache_dir(), "tiers")
+class DiskTier(MappedTier):
+    """A dataset's disk tier (`unstall.cache.opening.open_disk`); ``path=None``: off."""
 
+    def _attach(self) -> tuple[ShmCache, int] | None:
+        self._fd = -1
+        got = disk_files.attach_tier(self.path or "", owner=self.owner, group=self.group)
+        if got is None:
+            return None
+        index, slot, self._fd = got
+        return index, slot
 
-def index_path(name: str) -> str:
-    return os.path.join(tier_dir(), f"{name}.idx")
+    def _lookup(
+        self, index: ShmCache, indices: list[int], versions: np.ndarray | None
+    ) -> tuple[list[bytes | None], int]:
+        fd = self._fd
 
+        def read(offsets: np.ndarray, lengths: np.ndarray) -> list[bytes | None]:
+            out: list[bytes | None] = []
+            for start, size in zip(offsets.tolist(), lengths.tolist(), strict=True):
+                raw = os.pread(fd, size, start)
+                out.append(raw if len(raw) == size else None)  # short: cut under us, a miss
+            return out
 
-def boot_id() -> int:
-    """This boot's id as an int64 (0 where the kernel does not say)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
-            raw = hashlib.blake2b(f.read().strip(), digest_size=8).digest()
-    except OSError:
-        return 0
-    return int(np.frombuffer(raw, dtype=np.int64)[0])
+        return index.lookup(indices, versions, read)
 
-
-def data_path(index: ShmCache) -> str:
-    """The data file that belongs to this index (named by its inode and creation time)."""
-    base = index.path[: -len(".idx")]
-    return f"{base}.{os.fstat(index.fd).st_ino}-{int(index.hdr[H_CREATED])}.data"
-
-
-def open_tier(
-    name: str, n_items: int, capacity: int, fingerprint: str, dataset_bytes: int, group: int
-) -> tuple[ShmCache, int, int, str]:
-    """Open (or create) the tier's index and data file; ``(index, slot, data_fd, how)``.
-
-    Raises ``OSError`` (ENOSPC etc.) when the directory cannot hold even the index.
-    """
-    os.makedirs(tier_dir(), exist_ok=True)
-    path = index_path(name)
-    layout = Layout(n_items=n_items, capacity=0)
-    index, slot, how = lifecycle.open_or_create(
-        path, layout, fingerprint, dataset_bytes, group=group
-    )
-    try:
-        with index.locked():
-            hdr = index.hdr
-            if how == "created":
-                _remove_other_data_files(path, keep=data_path(index))
-            elif how == "reclaimed" and int(hdr[H_BOOT]) != boot_id() and not int(hdr[H_CLEAN]):
-                _empty(index)  # written before a crash of the machine: not trusted
-            if how != "attached":  # no live user: this job's size and this boot apply
-                hdr[H_DISK_CAPACITY] = max(capacity, int(hdr[H_BUMP]))
-                hdr[H_BOOT], hdr[H_FULL] = boot_id(), 0
-            hdr[H_CLEAN] = 0
-            fd = os.open(data_path(index), os.O_RDWR | os.O_CREAT, 0o600)
-            if how == "reclaimed":
-                _cut_tail(index, fd)
-            if how != "attached":  # index files half-created by dead processes
-                _remove_dead_tmp(glob.escape(path) + ".*.tmp")
-    except BaseException:
-        with index.locked():
-            index.slots[index.slots[:, S_GROUP] == group] = 0
-        index.close()
-        raise
-    return index, slot, fd, how
-
-
-def attach_tier(path: str, *, owner: int, group: int) -> tuple[ShmCache, int, int] | None:
-    """Map the index and open the data file from a worker; None if the tier is gone."""
-    got = lifecycle.attach(path, owner=owner, group=group)
-    if got is None:
-        return None
-    index, slot = got
-    try:
-        fd = os.open(data_path(index), os.O_RDWR)
-    except FileNotFoundError:
-        index.close()
-        return None
-    return index, slot, fd
-
-
-def _empty(index: ShmCache) -> None:
-    index.state[:] = EMPTY
-    index.offset[:] = 0
-    index.length[:] = 0
-    hdr = index.hdr
-    hdr[H_BUMP] = hdr[H_CACHED_ITEMS] = hdr[H_CACHED_BYTES] = 0
-
-
-def _cut_tail(index: ShmCache, fd: int) -> None:
-    """Give back the space of dropped claims at the data file's end (lock held)."""
-    ready = index.state == READY
-    end = int((index.offset[ready] + index.length[ready]).max()) if ready.any() else 0
-    if (index.state == CLAIMED).any():
-        return  # a live writer's claims (cannot happen after a reclaim; be safe)
-    index.hdr[H_BUMP] = end
-    os.ftruncate(fd, end)
-
-
-def _remove_other_data_files(index_file: str, keep: str) -> None:
-    base = index_file[: -len(".idx")]
-    for path in glob.glob(glob.escape(base) + ".*.data"):
-        if path != keep:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-
-
-def _remove_dead_tmp(pattern: str) -> list[str]:
-    """Remove ``<file>.<pid>.tmp`` files matching ``pattern`` whose creating process is gone."""
-    removed = []
-    for path in glob.glob(pattern):
-        pid = path[: -len(".tmp")].rpartition(".")[2]
-        if pid.isdigit() and not segment.pid_alive(int(pid), 0):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            removed.append(os.path.basename(path))
-    return removed
-
-
-def get_many(
-    index: ShmCache, fd: int, indices: list[int], versions: np.ndarray | None = None
-) -> tuple[list[bytes | None], int]:
-    """Bytes of each READY item of the expected ``versions`` (one ``pread`` each), None for
-    the rest, and the number of stale items (READY under another version); no lock: state
-    and version are checked again after the read, as in `ShmCache.lookup`."""
-    idx = np.asarray(indices, dtype=np.intp)
-    ready = index.state[idx] == READY
-    stale = 0
-    if versions is not None:
-        fresh = index.version[idx] == versions
-        stale = int((ready & ~fresh).sum())
-        ready &= fresh
-    out: list[bytes | None] = [None] * len(indices)
-    hit = np.flatnonzero(ready)
-    if not len(hit):
-        return out, stale
-    which = idx[hit]
-    starts, sizes = index.offset[which].tolist(), index.length[which].tolist()
-    for k, start, size in zip(hit.tolist(), starts, sizes, strict=True):
-        raw = os.pread(fd, size, start)
-        if len(raw) == size:  # short only if the file was cut under us: fetch instead
-            out[k] = raw
-    still = index.state[which] == READY
-    if versions is not None:
-        still &= index.version[which] == versions[hit]
-    for k in hit[~still].tolist():
-        out[k] = None
-    return out, stale
-
-
-def put_many(
-    index: ShmCache,
-    fd: int,
-    items: list[tuple[int, bytes]],
-    versions: np.ndarray | None = None,
-    since: int = 0,
-) -> tuple[int, int, bool]:
-    """Append items not yet stored (or stored under another version) while space lasts;
-    ``(items, bytes, first_full)``.
-
-    ``first_full`` is True in the one process that found the disk full (ENOSPC) first:
-    it warns; everyone stops writing, and what was stored stays served.
-    """
-    hdr = index.hdr
-    if int(hdr[H_FULL]):
-        return 0, 0, False
-    claims = index.claim(items, int(hdr[H_DISK_CAPACITY]), versions, since)
-    if not claims:
-        return 0, 0, False
-    written: set[int] = set()
-    failure = None
-    for claim in claims:
-        try:
-            _pwrite_all(fd, claim[2], claim[1])
-        except OSError as exc:
-            if not segment.is_no_space(exc):
-                raise
-            failure = exc
-            break
-        written.add(claim[0])
-    with index.locked():  # publish and mark the tier full in one hold
-        published, size = index.publish(claims, written)
-        first_full = failure is not None and not int(hdr[H_FULL])
+    def put_many(
+        self, items: list[tuple[int, bytes]], versions: np.ndarray | None, since: int
+    ) -> tuple[int, int]:
+        """Append items not yet stored (or stored under another version) while space lasts;
+        returns (items, bytes). The one process that finds the disk full (ENOSPC) first
+        warns; everyone stops writing, and what was stored stays served."""
+        index = self.mapped()
+        if index is None or not items:
+            return 0, 0
+        hdr = index.hdr
+        if int(hdr[H_FULL]):
+            return 0, 0
+        claims = index.claim(items, int(hdr[H_DISK_CAPACITY]), versions, since)
+        if not claims:
+            return 0, 0
+        written: set[int] = set()
+        failure = None
+        for claim in claims:
+            try:
+                _pwrite_all(self._fd, claim[2], claim[1])
+            except OSError as exc:
+                if not segment.is_no_space(exc):
+                    raise
+                failure = exc
+                break
+            written.add(claim[0])
+        with index.locked():  # publish and mark the tier full in one hold
+            published, size = index.publish(claims, written)
+            first_full = failure is not None and not int(hdr[H_FULL])
+            if first_full:
+                hdr[H_FULL] = 1
         if first_full:
-            hdr[H_FULL] = 1
-    return published, size, first_full
+            warnings.warn(
+                f"the disk under {tier_dir()} is full: the disk cache {self.name} "
+                f"stops at {format_bytes(int(hdr[H_BUMP]))}; items past that are fetched "
+                "from storage (free space, or set UNSTALL_CACHE_DIR to a larger disk)",
+                DiskFullWarning,
+                stacklevel=4,
+            )
+        return published, size
+
+    def check(self) -> None:
+        """Assert the index is consistent (tests); no-op when off."""
+        index = self.mapped()
+        if index is not None:
+            index.capacity = int(index.hdr[H_DISK_CAPACITY])  # check() bounds items by it
+            index.check()
+
+    def _identity(self) -> dict[str, Any]:
+        return {"dir": tier_dir()}
+
+    def _figures(self, index: ShmCache) -> dict[str, Any]:
+        hdr, cap = index.hdr, int(index.hdr[H_DISK_CAPACITY])
+        return {
+            "capacity_bytes": cap,
+            "cached_bytes": int(hdr[H_CACHED_BYTES]),
+            "used_bytes": int(hdr[H_BUMP]),
+            "items_cached": int(hdr[H_CACHED_ITEMS]),
+            "items": index.layout.n_items,
+            "fill_fraction": round(int(hdr[H_BUMP]) / cap, 6) if cap else 0.0,
+            "full": bool(int(hdr[H_FULL])),
+        }
+
+    def _release(self, index: ShmCache) -> bool:
+        disk_files.release(index, self._fd, group=self.group)  # the files stay
+        return False
 
 
 def _pwrite_all(fd: int, raw: bytes, offset: int) -> None:
@@ -255,90 +156,11 @@ def _pwrite_all(fd: int, raw: bytes, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def release(index: ShmCache, fd: int, *, group: int) -> None:
-    """An owner leaves; the last one syncs the data and marks the index clean. Never removes."""
-    with index.locked():
-        index.slots[index.slots[:, S_GROUP] == group] = 0
-        if not lifecycle.alive_owners(index) and segment.still_linked(index.fd, index.path):
-            with contextlib.suppress(OSError):
-                os.fdatasync(fd)
-            index.mm.flush()
-            index.hdr[H_CLEAN] = 1
-            index.mm.flush()
-    os.close(fd)
-    index.close()
-
-
-def describe(path: str) -> dict[str, Any] | None:
-    """What `unstall cache list` shows for one disk tier; None if not a valid index."""
-    cache = lifecycle._map(path, skip=(FileNotFoundError, PermissionError))
-    if not isinstance(cache, ShmCache):
-        return None
-    try:
-        if not cache.valid():
-            return None
-        hdr = cache.hdr
-        fp = np.array([hdr[H_FP0], hdr[H_FP1]], dtype=np.int64).tobytes().hex()
-        data = data_path(cache)
-        on_disk = os.stat(data).st_blocks * 512 if os.path.exists(data) else 0
-        return {
-            "tier": "disk",
-            "name": os.path.basename(path)[: -len(".idx")],
-            "fingerprint": fp,
-            "policy": "noevict",
-            "capacity_bytes": int(hdr[H_DISK_CAPACITY]),
-            "used_bytes": int(hdr[H_BUMP]),
-            "items_cached": int(hdr[H_CACHED_ITEMS]),
-            "items": cache.layout.n_items,
-            "file_bytes": on_disk + os.fstat(cache.fd).st_size,
-            "dataset_bytes": int(hdr[H_DATASET_BYTES]),
-            "users_alive": lifecycle.alive_owners(cache),
-            "path": data,
-        }
-    finally:
-        cache.close()
-
-
-def list_names() -> list[str]:
-    """Disk tiers of this user (by the segment prefix) in `tier_dir`."""
-    try:
-        names = os.listdir(tier_dir())
-    except FileNotFoundError:
-        return []
-    prefix = segment.name_prefix()
-    return sorted(n[: -len(".idx")] for n in names if n.startswith(prefix) and n.endswith(".idx"))
-
-
-def remove(name: str, *, force: bool = False) -> bool:
-    """Remove a disk tier (index and data) if no live process uses it (or anyway with force)."""
-    path = index_path(name)
-    if not os.path.exists(path):
-        return False
-    cache = lifecycle._map(path)
-    if isinstance(cache, ShmCache):
-        try:
-            with segment.locked(cache.fd):
-                if cache.valid() and lifecycle.alive_owners(cache) and not force:
-                    return False
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-        finally:
-            cache.close()
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    _remove_other_data_files(path, keep="")
-    return True
-
-
-def remove_orphans() -> list[str]:
-    """Data files with no index, and half-created index files of dead processes."""
-    removed = []
-    indexes = {index_path(n)[: -len(".idx")] for n in list_names()}
-    prefix = os.path.join(tier_dir(), segment.name_prefix())
-    for path in glob.glob(glob.escape(prefix) + "*.data"):
-        if not any(path.startswith(base + ".") for base in indexes):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            removed.append(os.path.basename(path))
-    return removed + _remove_dead_tmp(glob.escape(prefix) + "*.tmp")
+__all__ = [
+    "DiskFullWarning",
+    "DiskTier",
+    "auto_disk_bytes",
+    "cache_dir",
+    "index_path",
+    "tier_dir",
+]

@@ -1,167 +1,130 @@
-"""LRU over the same segment, for comparison only: what the OS page cache does, at our capacity.
+"""Cache policies as objects, one class each, chosen once per segment by name (`policy_named`).
 
-Items are stored in fixed-size pages chained like a FAT (``next_page``), so an
-evicted item's pages can hold any later item. Every get and put runs under the
-segment lock and evicts the least recently used READY item (a scan of
-``last_use``) until the new item fits: correct, simple, not fast. Under
-per-epoch shuffling it hits far below C/N (DESIGN.md section 2), which is the
-point of having it.
+``noevict`` (the default) fills once and never evicts: under per-epoch shuffling it
+hits C/N, the most any cache of C items can (DESIGN.md section 2). ``lru`` evicts the
+least recently used item, for comparison only (`unstall.cache.lru`): what the OS page
+cache does, at the same capacity. A policy decides the segment's layout (packed or
+paged), how its items are read and stored, how much of it is used, and how it is
+checked; nothing else in the package asks which policy it has.
 """
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
-from unstall.cache.shm_cache import (
-    EMPTY,
-    H_CACHED_BYTES,
-    H_CACHED_ITEMS,
-    H_CLOCK,
-    H_EVICTIONS,
-    H_FREE_HEAD,
-    H_FREE_PAGES,
-    H_TOO_LARGE,
-    READY,
-    ShmCache,
-)
-
-_NEVER = np.iinfo(np.int64).max
+from unstall.cache.lru import lru_check, lru_get_many, lru_put_many, page_size_for
+from unstall.cache.shm.index import ShmCache
 
 
-def page_size_for(mean_item_bytes: float) -> int:
-    """A power of two near 1/32 of the mean item (256 B .. 1 MiB): about 1.5 % lost to tails."""
-    target = max(256.0, min(float(1 << 20), mean_item_bytes / 32))
-    return 1 << int(np.floor(np.log2(target)))
+class Policy:
+    """What a policy decides; one subclass per policy, one instance each (`POLICIES`)."""
+
+    name = ""
+    #: Readers take no lock (the peer server serves such hits on its event loop).
+    lock_free = False
+    #: A disk tier can sit under it (items go to RAM or disk, never both).
+    stacks = False
+
+    def page_size(self, mean_item_bytes: float) -> int:
+        """The data area's page size for items of this mean size (0: not paged)."""
+        raise NotImplementedError
+
+    def fit(self, room: int, page_size: int) -> int:
+        """The capacity that fits in ``room`` bytes of data area."""
+        raise NotImplementedError
+
+    def get_many(
+        self, cache: ShmCache, indices: list[int], versions: np.ndarray | None
+    ) -> tuple[list[bytes | None], int]:
+        """Bytes of each cached item of the expected version (None otherwise), and the stale."""
+        raise NotImplementedError
+
+    def put_many(
+        self,
+        cache: ShmCache,
+        items: list[tuple[int, bytes]],
+        versions: np.ndarray | None,
+        since: int,
+    ) -> tuple[int, int]:
+        """Store what is not cached (or stale); returns (items, bytes)."""
+        raise NotImplementedError
+
+    def check(self, cache: ShmCache) -> None:
+        """Assert the segment's index is consistent (tests)."""
+        raise NotImplementedError
 
 
-def lru_get_many(
-    cache: ShmCache, indices: list[int], versions: np.ndarray | None = None
-) -> tuple[list[bytes | None], int]:
-    """Bytes of each cached item of the expected version (None if absent or stale), and the
-    number of stale ones; marks hits as most recently used."""
-    out: list[bytes | None] = [None] * len(indices)
-    hdr, page, base, mm = cache.hdr, cache.layout.page_size, cache.data_off, cache.mm
-    stale = 0
-    with cache.locked():
-        for k, i in enumerate(indices):
-            if cache.state[i] != READY:
-                continue
-            if versions is not None and int(cache.version[i]) != int(versions[k]):
-                stale += 1
-                continue
-            hdr[H_CLOCK] += 1
-            cache.last_use[i] = hdr[H_CLOCK]
-            remaining, p, parts = int(cache.length[i]), int(cache.offset[i]), []
-            while remaining > 0:
-                take = min(page, remaining)
-                parts.append(mm[base + p * page : base + p * page + take])
-                remaining -= take
-                p = int(cache.next_page[p])
-            out[k] = parts[0] if len(parts) == 1 else b"".join(parts)
-    return out, stale
+class NoEvict(Policy):
+    """Fill until full, then keep: items packed back to back, read without a lock."""
+
+    name = "noevict"
+    lock_free = True
+    stacks = True
+
+    def page_size(self, mean_item_bytes: float) -> int:
+        return 0
+
+    def fit(self, room: int, page_size: int) -> int:
+        return room
+
+    def get_many(
+        self, cache: ShmCache, indices: list[int], versions: np.ndarray | None
+    ) -> tuple[list[bytes | None], int]:
+        return cache.lookup(indices, versions)
+
+    def put_many(
+        self,
+        cache: ShmCache,
+        items: list[tuple[int, bytes]],
+        versions: np.ndarray | None,
+        since: int,
+    ) -> tuple[int, int]:
+        return cache.put_many(items, versions, since)  # see `ShmCache.claim`
+
+    def check(self, cache: ShmCache) -> None:
+        cache.check()
 
 
-def lru_put_many(
-    cache: ShmCache,
-    items: list[tuple[int, bytes]],
-    versions: np.ndarray | None = None,
-    since: int = 0,
-) -> tuple[int, int]:
-    """Store each item not cached (or cached under another version), evicting least recently
-    used items. Returns (items, bytes)."""
-    hdr, page, base, mm = cache.hdr, cache.layout.page_size, cache.data_off, cache.mm
-    stored = size = 0
-    with cache.locked():
-        for k, (i, raw) in enumerate(items):
-            need = max(1, -(-len(raw) // page))
-            want = int(versions[k]) if versions is not None else 0
-            if cache.state[i] != EMPTY:
-                if versions is None or int(cache.version[i]) == want:
-                    continue
-                if int(cache.stored_by[i]) > since:
-                    continue  # stored for a newer listing than ours (see ShmCache.claim)
-                _free_item(cache, int(i))  # stale: its pages go back to the free list
-            if need > cache.layout.n_pages:
-                hdr[H_TOO_LARGE] += 1
-                continue
-            while int(hdr[H_FREE_PAGES]) < need:
-                _evict_one(cache)
-            pages = _take_pages(cache, need)
-            for n, p in enumerate(pages):
-                chunk = raw[n * page : (n + 1) * page]
-                mm[base + p * page : base + p * page + len(chunk)] = chunk
-            cache.offset[i], cache.length[i], cache.version[i] = pages[0], len(raw), want
-            cache.stored_by[i] = since
-            hdr[H_CLOCK] += 1
-            cache.last_use[i] = hdr[H_CLOCK]
-            cache.state[i] = READY
-            hdr[H_CACHED_ITEMS] += 1
-            hdr[H_CACHED_BYTES] += len(raw)
-            stored, size = stored + 1, size + len(raw)
-    return stored, size
+class Lru(Policy):
+    """Least recently used, for comparison only: paged, every get and put under the lock."""
+
+    name = "lru"
+
+    def page_size(self, mean_item_bytes: float) -> int:
+        return page_size_for(mean_item_bytes)
+
+    def fit(self, room: int, page_size: int) -> int:
+        return room // page_size * page_size
+
+    def get_many(
+        self, cache: ShmCache, indices: list[int], versions: np.ndarray | None
+    ) -> tuple[list[bytes | None], int]:
+        return lru_get_many(cache, indices, versions)
+
+    def put_many(
+        self,
+        cache: ShmCache,
+        items: list[tuple[int, bytes]],
+        versions: np.ndarray | None,
+        since: int,
+    ) -> tuple[int, int]:
+        return lru_put_many(cache, items, versions, since)
+
+    def check(self, cache: ShmCache) -> None:
+        lru_check(cache)
 
 
-def lru_check(cache: ShmCache) -> None:
-    """Assert every page is either free or in exactly one cached item's chain."""
-    page, owner = cache.layout.page_size, np.full(cache.layout.n_pages, -1, dtype=np.int64)
-    with cache.locked():
-        for i in np.flatnonzero(cache.state == READY).tolist():
-            p, count = int(cache.offset[i]), max(1, -(-int(cache.length[i]) // page))
-            for _ in range(count):
-                if owner[p] != -1:
-                    raise AssertionError(f"page {p} belongs to items {owner[p]} and {i}")
-                owner[p], p = i, int(cache.next_page[p])
-            if p != -1:
-                raise AssertionError(f"item {i}'s page chain is longer than its length")
-        free, p = 0, int(cache.hdr[H_FREE_HEAD])
-        while p != -1:
-            if owner[p] != -1:
-                raise AssertionError(f"free page {p} is also held by item {owner[p]}")
-            owner[p], p, free = -2, int(cache.next_page[p]), free + 1
-        if free != int(cache.hdr[H_FREE_PAGES]) or (owner == -1).any():
-            raise AssertionError(
-                f"{free} pages on the free list, header says {int(cache.hdr[H_FREE_PAGES])}; "
-                f"{int((owner == -1).sum())} pages lost"
-            )
+#: Every policy by name.
+POLICIES: dict[str, Policy] = {p.name: p for p in (NoEvict(), Lru())}
 
 
-def _evict_one(cache: ShmCache) -> None:
-    """Free the pages of the least recently used item (lock held)."""
-    ages = np.where(cache.state == READY, cache.last_use, _NEVER)
-    victim = int(ages.argmin())
-    if ages[victim] == _NEVER:
-        raise RuntimeError("LRU cache has no item to evict but too few free pages (corrupt?)")
-    _free_item(cache, victim)
-    cache.hdr[H_EVICTIONS] += 1
+def policy_named(name: str) -> Policy:
+    """The policy called ``name``.
 
-
-def _free_item(cache: ShmCache, i: int) -> None:
-    """Put item ``i``'s pages back on the free list and mark it EMPTY (lock held)."""
-    p, remaining = int(cache.offset[i]), int(cache.length[i])
-    hdr, page = cache.hdr, cache.layout.page_size
-    count = max(1, -(-remaining // page))
-    for _ in range(count):
-        nxt = int(cache.next_page[p])
-        cache.next_page[p] = hdr[H_FREE_HEAD]
-        hdr[H_FREE_HEAD] = p
-        p = nxt
-    hdr[H_FREE_PAGES] += count
-    cache.state[i] = EMPTY
-    hdr[H_CACHED_ITEMS] -= 1
-    hdr[H_CACHED_BYTES] -= remaining
-
-
-def _take_pages(cache: ShmCache, need: int) -> list[int]:
-    """Pop ``need`` pages off the free list and chain them (lock held)."""
-    hdr, pages = cache.hdr, []
-    for _ in range(need):
-        p = int(hdr[H_FREE_HEAD])
-        hdr[H_FREE_HEAD] = cache.next_page[p]
-        pages.append(p)
-    for a, b in itertools.pairwise(pages):
-        cache.next_page[a] = b
-    cache.next_page[pages[-1]] = -1
-    hdr[H_FREE_PAGES] -= need
-    return pages
+    Raises:
+        ValueError: naming the policy and the known ones.
+    """
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"policy={name!r} is unknown; use one of {sorted(POLICIES)}") from None

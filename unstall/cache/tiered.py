@@ -1,171 +1,120 @@
-"""The fetch layer of a cache with a disk tier: shared memory first, then local disk, then storage.
+"""The fetch layer a loader gets from `Cache.bind`: the RAM tier, then the disk tier, then
+storage (or the peers that own the item).
 
-An item fetched from storage goes to the RAM tier if it fits there, else to the
-disk tier: never to both. Both tiers fill once and never evict, so from epoch 2
-the hit rate is (RAM items + disk items) / N. Like `CacheLayer`, each process
-maps the disk index and opens the data file itself on first use, and counts in
-its own slot of the index, so the owner sums its workers' figures.
+An item fetched from storage goes to the first tier that takes it: RAM if it fits
+there, else the disk tier, never both. Both fill once and never evict, so from
+epoch 2 the hit rate is (RAM items + disk items) / N. The layer calls only the
+tiers' public methods (`unstall.cache.tier.Tier`); it is pickled (or forked) into
+the loader's workers, where each tier maps itself on first use.
 """
 
 from __future__ import annotations
 
-import os
 import time
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from unstall.cache import disk_tier, lifecycle
-from unstall.cache.capacity import format_bytes
-from unstall.cache.layer import CacheLayer, fetch_from_storage, not_cached, versions_of
-from unstall.cache.shm_cache import (
-    EMPTY,
-    H_BUMP,
-    H_CACHED_BYTES,
-    H_CACHED_ITEMS,
-    READY,
-    ShmCache,
-)
-
-
-class DiskFullWarning(UserWarning):
-    """The disk under the cache directory filled up: the disk tier stops growing."""
+from unstall.cache.disk_tier import DiskTier
+from unstall.cache.items import fetch_from_storage, pick, versions_of
+from unstall.cache.ram_tier import RamTier
+from unstall.cache.tier import MappedTier
 
 
 class TieredLayer:
-    """RAM tier (a `CacheLayer`, or None) over a disk tier; built by `Cache.bind`."""
+    """A RAM tier (or None) over a disk tier (or None); built by `Cache.bind`.
 
-    def __init__(
-        self,
-        ram: CacheLayer | None,
-        *,
-        path: str | None,
-        name: str,
-        group: int,
-        owner: int,
-        capacity: int,
-        how: str,
-        reason: str = "",
-    ):
-        self.ram = ram
-        self.path, self.name, self.group, self.owner = path, name, group, owner
-        self.capacity, self.how, self.reason = capacity, how, reason
-        self.bound_ns = ram.bound_ns if ram is not None else time.time_ns()  # see CacheLayer
-        self._index: ShmCache | None = None
-        self._fd = -1
-        self._slot = -1
-        self._pid = -1
-        self._closed = False
-        self._local = dict.fromkeys(lifecycle.COUNTERS, 0)
-        self._last: dict[str, Any] = {}
-        #: Optional hook for misses in both tiers (unstall.distributed's BoundPeers): as in
-        #: `CacheLayer`, peers' items come from them and only this node's are stored here.
+    With no disk tier its stats are the RAM tier's own (``{"cache": {...}}``); with
+    one, totals over both tiers and ``ram`` / ``disk`` sections.
+    """
+
+    def __init__(self, ram: RamTier | None, disk: DiskTier | None):
+        if ram is None and disk is None:
+            raise ValueError("a cache layer needs a RAM tier, a disk tier or both")
+        self.ram, self.disk = ram, disk
+        self.tiers: list[MappedTier] = [t for t in (ram, disk) if t is not None]
+        #: When this bind happened (ns): items this job stores are marked with it, and it
+        #: replaces no stale item stored by a later bind (`ShmCache.claim`).
+        self.bound_ns = time.time_ns()
+        #: Optional hook for misses (unstall.distributed's BoundPeers, set by `Cache.bind`):
+        #: ``fetch_missing(dataset, indices) -> (raws, ours)`` and ``ours(dataset, index)``;
+        #: peers' items come from them and only this node's are stored here.
         self.peers: Any = None
 
-    def _adopt(self, index: ShmCache, slot: int, fd: int) -> None:
-        self._index, self._slot, self._fd, self._pid = index, slot, fd, os.getpid()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_index=None, _slot=-1, _fd=-1, _pid=-1)
-        return state
-
-    def _attached(self) -> ShmCache | None:
-        if self._pid == os.getpid():
-            return self._index
-        self._pid, self._index, self._slot, self._fd = os.getpid(), None, -1, -1
-        self._local = dict.fromkeys(self._local, 0)
-        if self.path is not None and not self._closed:
-            got = disk_tier.attach_tier(self.path, owner=self.owner, group=self.group)
-            if got is not None:
-                self._index, self._slot, self._fd = got
-        return self._index
+    def attach(self) -> None:
+        """Map every tier in this process now (the peer server's read threads must not race)."""
+        for tier in self.tiers:
+            tier.mapped()
 
     # Fetch layer ---------------------------------------------------------------------
     def fetch(self, dataset: Any, indices: Sequence[int]) -> list[bytes]:
-        """Raw bytes of ``indices`` in order: from RAM, else disk, else storage (then stored);
-        a tier's item of another version than the dataset's is stale: a miss."""
+        """Raw bytes of ``indices`` in order: from the first tier that has them under the
+        dataset's current version, else storage (then stored); a stale item is a miss."""
         indices = list(indices)
+        if self.disk is None and self.ram is not None and self.ram.mapped() is None:
+            self.ram.count(0, len(indices), 0, 0)  # the cache is off: straight to storage
+            return dataset.fetch(indices)
         versions = versions_of(dataset, indices)
-        ram = self.ram._attached() if self.ram is not None else None
-        got: list[bytes | None] = [None] * len(indices)
-        ram_stale = 0
-        if ram is not None:
-            got, ram_stale = ram.lookup(indices, versions)
-        ram_hits = sum(raw is not None for raw in got)
-        index = self._attached()
+        got, stale = self.tiers[0].get_many(indices, versions)
         need = [k for k, raw in enumerate(got) if raw is None]
-        disk_stale = 0
-        if index is not None and need:
-            from_disk, disk_stale = disk_tier.get_many(
-                index, self._fd, [indices[k] for k in need], _pick(versions, need)
-            )
-            for k, raw in zip(need, from_disk, strict=True):
-                got[k] = raw
-        missing = [k for k, raw in enumerate(got) if raw is None]
-        disk_hits = len(need) - len(missing)
-        stored = (0, 0, 0, 0)
-        if missing:
-            wanted = [indices[k] for k in missing]
+        found = [(len(indices), len(indices) - len(need), stale)]  # per tier: asked, hits, stale
+        for tier in self.tiers[1:]:  # the next tier is asked for what the ones above missed
+            asked, hits, stale = len(need), 0, 0
+            if need:
+                raws, stale = tier.get_many([indices[k] for k in need], pick(versions, need))
+                left = []
+                for k, raw in zip(need, raws, strict=True):
+                    if raw is None:
+                        left.append(k)
+                    else:
+                        got[k] = raw
+                hits, need = asked - len(left), left
+            found.append((asked, hits, stale))
+        stored = [(0, 0)] * len(self.tiers)
+        if need:
+            wanted = [indices[k] for k in need]
             ours = None
             if self.peers is not None:
                 raws, ours = self.peers.fetch_missing(dataset, wanted)
             else:
                 raws = fetch_from_storage(dataset, wanted)
-            for k, raw in zip(missing, raws, strict=True):
+            for k, raw in zip(need, raws, strict=True):
                 got[k] = raw
             items = list(zip(wanted, raws, strict=True))
-            item_versions = _pick(versions, missing)
+            item_versions = pick(versions, need)
             if ours is not None:  # a partitioned cache: this node stores only what it owns
                 items = [item for item, mine in zip(items, ours, strict=True) if mine]
-                item_versions = _pick(item_versions, np.flatnonzero(ours).tolist())
+                item_versions = pick(item_versions, np.flatnonzero(ours).tolist())
             stored = self._store(items, item_versions)
-        if self.ram is not None:
-            self.ram._count(ram_hits, len(indices) - ram_hits, stored[0], stored[1], ram_stale)
-        self._count(disk_hits, len(missing), stored[2], stored[3], disk_stale)
+        for tier, (asked, hits, stale), (n, size) in zip(self.tiers, found, stored, strict=True):
+            tier.count(hits, asked - hits, n, size, stale)
         return got  # type: ignore[return-value]  # every None was filled
 
     def _store(
         self, items: list[tuple[int, bytes]], versions: np.ndarray | None
-    ) -> tuple[int, int, int, int]:
-        """Fetched items to RAM, those RAM cannot take to disk: (ram n, bytes, disk n, bytes)."""
-        ram = self.ram._cache if self.ram is not None else None
-        ram_n = ram_b = 0
-        if ram is not None:
-            ram_n, ram_b = ram.put_many(items, versions, self.bound_ns)
-            # not in RAM under our version (EMPTY, or stale): it did not fit (the bump pointer
-            # only grows, so it never will); held: RAM has it (or another process stores it)
-            which = [i for i, _ in items]
-            held = ram.state[which] != EMPTY
-            if versions is not None:  # ours, or a newer job's (which we leave alone)
-                held &= (ram.version[which] == versions) | (ram.stored_by[which] > self.bound_ns)
-            left = (~held).tolist()
-            items = [item for item, out in zip(items, left, strict=True) if out]
-            versions = versions[np.asarray(left, dtype=bool)] if versions is not None else None
-        index = self._index
-        if index is None or not items:
-            return ram_n, ram_b, 0, 0
-        disk_n, disk_b, first_full = disk_tier.put_many(
-            index, self._fd, items, versions, self.bound_ns
-        )
-        if first_full:
-            warnings.warn(
-                f"the disk under {disk_tier.tier_dir()} is full: the disk cache {self.name} "
-                f"stops at {format_bytes(int(index.hdr[H_BUMP]))}; items past that are fetched "
-                "from storage (free space, or set UNSTALL_CACHE_DIR to a larger disk)",
-                DiskFullWarning,
-                stacklevel=3,
-            )
-        return ram_n, ram_b, disk_n, disk_b
+    ) -> list[tuple[int, int]]:
+        """Fetched items to the first tier that takes them: (items, bytes) stored per tier."""
+        out = []
+        for k, tier in enumerate(self.tiers):
+            if not items:
+                out.append((0, 0))
+                continue
+            out.append(tier.put_many(items, versions, self.bound_ns))
+            if k + 1 < len(self.tiers):
+                # not held under our version (EMPTY, or stale): it did not fit (the bump pointer
+                # only grows, so it never will); held: the tier has it (or another process
+                # stores it), or a newer job's version, which we leave alone
+                left = ~tier.held([i for i, _ in items], versions, self.bound_ns)
+                items = [item for item, out_ in zip(items, left.tolist(), strict=True) if out_]
+                versions = versions[left] if versions is not None else None
+        return out
 
     def prefetch(self, dataset: Any, indices: Sequence[int]) -> None:
-        """Pass the look-ahead hint on for samples in neither tier."""
+        """Pass the look-ahead hint on for samples in no tier (those never hit storage)."""
         indices = list(indices)
-        ram = self.ram._attached() if self.ram is not None else None
-        indices = not_cached(ram, indices, versions_of(dataset, indices))
-        indices = not_cached(self._attached(), indices, versions_of(dataset, indices))
+        for tier in self.tiers:
+            indices = tier.not_cached(indices, versions_of(dataset, indices))
         if self.peers is not None:  # peers' items come from them, not from storage
             indices = [i for i in indices if self.peers.ours(dataset, i)]
         if indices:
@@ -176,103 +125,67 @@ class TieredLayer:
         if self.peers is not None:
             self.peers.begin_epoch()
 
-    def _count(self, hits: int, misses: int, inserted: int, size: int, stale: int = 0) -> None:
-        lifecycle.add_counts(
-            self._index, self._slot, self._local, hits, misses, inserted, size, stale
-        )
-
     # Stats ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """``{"cache": {...}}``: totals over both tiers, and ``ram`` / ``disk`` sections."""
-        ram = self.ram.stats()["cache"] if self.ram is not None else None
-        disk = self._disk_stats()
-        hits = (ram["hits"] if ram else 0) + disk["hits"]
-        misses = disk["misses"]
-        out: dict[str, Any] = {
-            "name": self.name,
-            "policy": "noevict",
-            "enabled": True,
-            "tiers": [t for t, s in (("ram", ram), ("disk", disk)) if s and s["enabled"]],
-            "hits": hits,
-            "misses": misses,
-            "hit_rate": hits / (hits + misses) if hits + misses else 0.0,
-            "stale": (ram["stale"] if ram else 0) + disk["stale"],
-            "ram_hits": ram["hits"] if ram else 0,
-            "disk_hits": disk["hits"],
-            "ram_cached_bytes": ram.get("cached_bytes", 0) if ram else 0,
-            "disk_cached_bytes": disk.get("cached_bytes", 0),
-            "ram_inserted_bytes": ram["inserted_bytes"] if ram else 0,
-            "disk_inserted_bytes": disk["inserted_bytes"],
-            "disk": disk,
-        }
-        if ram is not None:
-            out["ram"] = ram
+        """``{"cache": {...}}`` (and ``"peers"``): see the class notes."""
+        if self.disk is None:
+            assert self.ram is not None
+            out = self.ram.stats()
+        else:
+            out = _tiered_stats(self.ram.stats() if self.ram is not None else None, self.disk)
         if self.peers is not None:
             return {"cache": out, "peers": self.peers.stats()}
         return {"cache": out}
 
-    def _disk_stats(self) -> dict[str, Any]:
-        index = self._index if self._pid == os.getpid() else None
-        out: dict[str, Any] = {
-            "enabled": self.path is not None,
-            "dir": disk_tier.tier_dir(),
-            "opened": self.how,
-            "capacity_bytes": self.capacity,
-        }
-        if self.reason:
-            out["reason"] = self.reason
-        if index is None:
-            counts = dict(self._local)
-            out.update(self._last)
-        else:
-            counts = lifecycle.group_counts(index, self.group, plus=self._local)
-            hdr, cap = index.hdr, int(index.hdr[disk_tier.H_DISK_CAPACITY])
-            self._last = {
-                "capacity_bytes": cap,
-                "cached_bytes": int(hdr[H_CACHED_BYTES]),
-                "used_bytes": int(hdr[H_BUMP]),
-                "items_cached": int(hdr[H_CACHED_ITEMS]),
-                "items": index.layout.n_items,
-                "fill_fraction": round(int(hdr[H_BUMP]) / cap, 6) if cap else 0.0,
-                "full": bool(int(hdr[disk_tier.H_FULL])),
-            }
-            out.update(self._last)
-        out.update(lifecycle.hit_figures(counts))
-        return out
-
     def check(self) -> None:
-        """Assert both indexes are consistent and no item is READY in both tiers (tests)."""
-        if self.ram is not None:
-            self.ram.check()
-        index = self._attached()
-        if index is None:
-            return
-        index.capacity = int(index.hdr[disk_tier.H_DISK_CAPACITY])  # check() bounds items by it
-        index.check()
-        ram = self.ram._attached() if self.ram is not None else None
-        if ram is not None:
-            both = (ram.state == READY) & (index.state == READY) & (ram.version == index.version)
+        """Assert every tier's index is consistent and no item is READY in two tiers (tests)."""
+        for tier in self.tiers:
+            tier.check()
+        ready = [r for r in (t.ready() for t in self.tiers) if r is not None]
+        if len(ready) == 2:
+            (a, va), (b, vb) = ready
+            both = a & b & (va == vb)
             if both.any():
                 raise AssertionError(
                     f"items {both.nonzero()[0][:10].tolist()} are in both tiers (same version)"
                 )
 
     # Lifecycle -----------------------------------------------------------------------
-    def close(self) -> None:
-        """Leave both tiers (owner process only); the disk tier's files stay. Idempotent."""
-        if self.ram is not None:
-            self.ram.close()
-        if self._closed or os.getpid() != self.owner or self._pid != self.owner:
-            return
-        self._disk_stats()  # keep the last figures for stats() after close
-        self._closed = True
-        index, self._index = self._index, None
-        if index is None:
-            return
-        self._local = lifecycle.group_counts(index, self.group, plus=self._local)
-        disk_tier.release(index, self._fd, group=self.group)
+    def close(self) -> bool:
+        """Leave every tier (owner process only); the disk tier's files stay. True if the RAM
+        segment was removed. Idempotent."""
+        return any([tier.close() for tier in self.tiers])
+
+    @staticmethod
+    def close_state(state: dict[str, Any]) -> None:
+        """Finalizer: close a layer given its ``__dict__`` (no reference to the layer itself)."""
+        layer = TieredLayer.__new__(TieredLayer)
+        layer.__dict__ = state
+        layer.close()
 
 
-def _pick(versions: np.ndarray | None, positions: list[int]) -> np.ndarray | None:
-    """``versions`` at ``positions`` (None stays None)."""
-    return None if versions is None else versions[positions]
+def _tiered_stats(ram: dict[str, Any] | None, disk_tier: DiskTier) -> dict[str, Any]:
+    """Totals over both tiers, with their own sections."""
+    disk = disk_tier.stats()
+    hits = (ram["hits"] if ram else 0) + disk["hits"]
+    misses = disk["misses"]
+    out: dict[str, Any] = {
+        "name": disk_tier.name,
+        "policy": "noevict",
+        "enabled": True,
+        "tiers": [t for t, s in (("ram", ram), ("disk", disk)) if s and s["enabled"]],
+        "hits": hits,
+        "misses": misses,
+        "hit_rate": hits / (hits + misses) if hits + misses else 0.0,
+        "stale": (ram["stale"] if ram else 0) + disk["stale"],
+        "ram_hits": ram["hits"] if ram else 0,
+        "disk_hits": disk["hits"],
+        "ram_cached_bytes": ram.get("cached_bytes", 0) if ram else 0,
+        "disk_cached_bytes": disk.get("cached_bytes", 0),
+        "ram_inserted_bytes": ram["inserted_bytes"] if ram else 0,
+        "disk_inserted_bytes": disk["inserted_bytes"],
+        "disk": disk,
+    }
+    if ram is not None:
+        out["ram"] = ram
+    return out

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from unstall.cache import clear_caches, list_caches
     from unstall.cache.capacity import format_bytes
     from unstall.cache.disk_tier import tier_dir
-    from unstall.cache.segment import shm_dir
+    from unstall.cache.shm.segment import shm_dir
 
     console = Console()
     if args.action == "clear":

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch.utils.data
 
-from unstall.cache.segment import pid_alive, process_stamp
+from unstall.cache.shm.segment import pid_alive, process_stamp
 from unstall.coordination.publish import FREE_PREFIX, PublishTarget, map_batch, recycle
 from unstall.loader.failures import TaskFailure
 from unstall.loader.sampling import _planned

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from unstall.cache.segment import name_prefix, pid_alive, process_stamp, shm_dir
+from unstall.cache.shm.segment import name_prefix, pid_alive, process_stamp, shm_dir
 
 #: Fields every member must share, in the order a mismatch is reported.
 IDENTITY_FIELDS = (  # the transform first: the fingerprint of a plain dataset includes it

@@ -7,7 +7,7 @@ that comes back rejoins at an epoch boundary, in persistent workers too.
 
 from __future__ import annotations
 
-from unstall.cache.words import SharedWords
+from unstall.cache.shm.words import SharedWords
 
 NAMES = ("peer_hits", "peer_bytes", "peer_errors", "storage_reads", "storage_bytes")
 _GENERATION = len(NAMES)

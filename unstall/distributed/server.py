@@ -6,7 +6,7 @@ Every request must carry ``Authorization: Bearer <job token>`` (compared in
 constant time); anything else gets 401 and an empty body. An item the node owns
 but has not cached yet is fetched from storage, cached, then served, so each
 item is read from storage once for the whole cluster. The ``ETag`` is the
-item's size and the version of its source (`unstall.cache.layer.item_versions`):
+item's size and the version of its source (`unstall.cache.items.item_versions`):
 the client checks the body's length, and drops an item of another version than it
 expects (its own listing's): it reads that one from storage. With a certificate
 (the default, see `tls`) it speaks TLS 1.3 only: a plain-HTTP request gets no answer.
@@ -21,7 +21,7 @@ import pickle
 import threading
 from typing import Any
 
-from unstall.cache.layer import versions_of
+from unstall.cache.items import versions_of
 from unstall.distributed.client import etag_of
 from unstall.distributed.tls import NodeCertificate, server_context
 
@@ -48,15 +48,12 @@ class PeerServer:
 
     def register(self, fingerprint: str, layer: Any, dataset: Any) -> None:
         """Serve ``dataset``'s items through a copy of ``layer`` (its own mappings and slots):
-        a `CacheLayer`, or a `TieredLayer` (RAM over disk)."""
+        a `unstall.cache.tiered.TieredLayer` (RAM, disk or RAM over disk)."""
         copy = pickle.loads(pickle.dumps(layer))  # our own object, never network data
         copy.peers = None  # the server reads this node's items only: cache, else storage
-        ram = getattr(copy, "ram", copy)  # the shared-memory tier: hits served on the loop
-        if ram is not None:
-            ram._attached()  # map it now, once: the read threads must not race to attach
-        if ram is not copy:
-            copy._attached()
-        self._datasets[fingerprint] = (copy, ram, dataset)
+        copy.attach()  # map the tiers now, once: the read threads must not race to attach
+        ram = copy.ram if copy.ram is not None and copy.ram.lock_free else None
+        self._datasets[fingerprint] = (copy, ram, dataset)  # ram: hits served on the loop
 
     def start(self, timeout_s: float = 30.0) -> str:
         """Start serving; returns ``host:port``."""
@@ -102,13 +99,10 @@ class PeerServer:
         if entry is None or not 0 <= index < len(entry[2]):
             return web.Response(status=404)
         layer, ram, dataset = entry
-        cache = ram._attached() if ram is not None else None  # mapped at register: a memcpy
-        noevict = cache is not None and cache.layout.policy == "noevict"
         versions = versions_of(dataset, [index])
         raw = None
-        if noevict:  # an item cached under another version than the dataset's is a miss
-            got = cache.get_many([index]) if versions is None else cache.get_many([index], versions)
-            raw = got[0]
+        if ram is not None:  # lock-free RAM tier, mapped at register: a memcpy
+            raw = ram.get_many([index], versions)[0][0]  # another version: a miss
         if raw is None:  # not in RAM: disk tier or storage (then cached), off the event loop
             raw = await self._loop.run_in_executor(self._pool, _read, layer, dataset, index)
         self.served += 1

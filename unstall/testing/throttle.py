@@ -38,7 +38,7 @@ class ThrottledStore(Store):
             raise ValueError(f"bytes_per_s={bytes_per_s!r} must be > 0 (e.g. 50e6 for 50 MB/s)")
         if latency_s < 0:
             raise ValueError(f"latency_s={latency_s!r} must be >= 0")
-        from unstall.cache.words import SharedWords
+        from unstall.cache.shm.words import SharedWords
 
         self.inner = inner
         self.bytes_per_s = float(bytes_per_s)

@@ -1,6 +1,6 @@
 """Removes one kept segment when its time is up, though no unstall process runs by then.
 
-Started by the last user of a segment that it keeps (`unstall.cache.keep.start_reaper`)
+Started by the last user of a segment that it keeps (`unstall.cache.shm.keep.start_reaper`)
 as ``python -I reaper.py PATH``: a detached process of the standard library only (it
 must not import torch with the ``unstall`` package), a few MB, that sleeps until the
 segment's keep time, then removes it under the segment's lock if it is still kept.
@@ -17,7 +17,7 @@ import struct
 import sys
 import time
 
-# Must match unstall.cache.shm_cache (tests/cache/test_versions.py checks it).
+# Must match unstall.cache.shm.index (tests/cache/test_versions.py checks it).
 MAGIC = 0x554E5354414C4C31
 VERSION = 2
 H_MAGIC, H_VERSION, H_KEEP_UNTIL = 0, 1, 24

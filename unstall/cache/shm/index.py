@@ -1,4 +1,5 @@
-"""The segment layout (header, process slots, per-item index, data area) and no-eviction get/put.
+"""The segment layout (header, process slots, per-item index, data area), its one lookup, and
+no-eviction put (claim, copy, publish).
 
 One file, mapped by every process that uses it::
 
@@ -29,28 +30,31 @@ dataset derives from size + mtime + inode, or size + ETag; see
 under another version is *stale*, a miss (counted), never served. A filler with a
 newer listing replaces it (``stored_by``: when the storing job bound the cache; an
 older job leaves a newer job's item alone and reads storage): under the lock the item
-goes READY -> CLAIMED with a
-fresh offset (the old bytes stay where they were, unused: the bump pointer only
-grows), then READY with the new version. A lock-free reader therefore checks
+goes READY -> CLAIMED with a fresh offset (the old bytes stay where they were, unused:
+the bump pointer only grows), then READY with the new version. A lock-free reader therefore checks
 state and version again after copying the bytes, and drops what changed meanwhile.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import mmap
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from unstall.cache import segment
+from unstall.cache.shm import segment
 
 MAGIC = 0x554E5354414C4C31  # "UNSTALL1"
 VERSION = 2
+#: Policy names and the codes the header stores (`unstall.cache.policy` holds their behaviour).
 POLICIES = {"noevict": 0, "lru": 1}
+_POLICY_NAMES = {code: name for name, code in POLICIES.items()}
 SLOTS = 128
 EMPTY, CLAIMED, READY = 0, 1, 2
 
@@ -79,20 +83,28 @@ def _align(n: int, to: int = 64) -> int:
 
 @dataclass(frozen=True)
 class Layout:
-    """Sizes that fix where everything lies in a segment; computed once, stored in the header."""
+    """Sizes that fix where everything lies in a segment; computed once, stored in the header.
+
+    ``page_size`` > 0 makes the data area paged (an evicting policy's: items in chained
+    pages, a ``last_use`` word per item); 0 (no eviction) packs items back to back.
+    """
 
     n_items: int
     capacity: int
     policy: str = "noevict"
     page_size: int = 0
 
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy={self.policy!r} is unknown; use one of {sorted(POLICIES)}")
+
     @property
     def n_pages(self) -> int:
-        return self.capacity // self.page_size if self.policy == "lru" else 0
+        return self.capacity // self.page_size if self.page_size else 0
 
     @property
     def data_bytes(self) -> int:
-        return self.n_pages * self.page_size if self.policy == "lru" else self.capacity
+        return self.n_pages * self.page_size if self.page_size else self.capacity
 
     def offsets(self) -> dict[str, int]:
         """Byte offset of each part, and ``"end"``: the file size."""
@@ -105,7 +117,7 @@ class Layout:
             ("version", 8 * n),
             ("stored_by", 8 * n),
             ("state", n),
-            ("last_use", 8 * n if self.policy == "lru" else 0),
+            ("last_use", 8 * n if self.page_size else 0),
             ("next_page", 4 * self.n_pages),
             ("data", self.data_bytes),
         ):
@@ -130,8 +142,6 @@ def fingerprint_words(fingerprint: str) -> tuple[int, int]:
     except ValueError:
         raw = b""
     if len(raw) < 16:
-        import hashlib
-
         raw = hashlib.blake2b(fingerprint.encode(), digest_size=16).digest()
     a, b = np.frombuffer(raw, dtype=np.int64)
     return int(a), int(b)
@@ -161,7 +171,7 @@ class ShmCache:
         self.layout = Layout(
             n_items=int(self.hdr[H_ITEMS]),
             capacity=int(self.hdr[H_CAPACITY]),
-            policy="lru" if int(self.hdr[H_POLICY]) == POLICIES["lru"] else "noevict",
+            policy=_POLICY_NAMES.get(int(self.hdr[H_POLICY]), "noevict"),
             page_size=int(self.hdr[H_PAGE]),
         )
         off, n, mm = self.layout.offsets(), self.layout.n_items, self.mm
@@ -174,16 +184,14 @@ class ShmCache:
         self.version = np.ndarray((n,), np.int64, mm, off["version"])
         self.stored_by = np.ndarray((n,), np.int64, mm, off["stored_by"])
         self.state = np.ndarray((n,), np.uint8, mm, off["state"])
-        lru = self.layout.policy == "lru"
-        self.last_use = np.ndarray((n if lru else 0,), np.int64, mm, off["last_use"])
+        paged = self.layout.page_size > 0
+        self.last_use = np.ndarray((n if paged else 0,), np.int64, mm, off["last_use"])
         self.next_page = np.ndarray((self.layout.n_pages,), np.int32, mm, off["next_page"])
         self.data_off = off["data"]
         self.capacity = self.layout.capacity
 
     def init_header(self, layout: Layout, fingerprint: str, dataset_bytes: int) -> None:
         """Write a fresh segment's header (the creator only, before it is published)."""
-        import time
-
         hdr = self.hdr
         hdr[H_VERSION], hdr[H_ITEMS], hdr[H_CAPACITY] = VERSION, layout.n_items, layout.capacity
         hdr[H_POLICY], hdr[H_PAGE] = POLICIES[layout.policy], layout.page_size
@@ -192,7 +200,7 @@ class ShmCache:
         hdr[H_FP0], hdr[H_FP1] = fingerprint_words(fingerprint)
         hdr[H_MAGIC] = MAGIC
         self._map_views()
-        if layout.policy == "lru":
+        if layout.page_size:  # paged: every page on the free list
             self.next_page[:] = np.arange(1, layout.n_pages + 1, dtype=np.int32)
             if layout.n_pages:
                 self.next_page[-1] = -1
@@ -229,20 +237,21 @@ class ShmCache:
             self.mm.close()
         os.close(self.fd)
 
-    # No-eviction get/put -------------------------------------------------------------
-    def get_many(
-        self, indices: list[int], versions: np.ndarray | None = None
-    ) -> list[bytes | None]:
-        """Bytes of each READY item (of the ``versions`` expected, if given), None for the rest."""
-        return self.lookup(indices, versions)[0]
-
+    # The lookup (both tiers) and no-eviction put ---------------------------------------
     def lookup(
-        self, indices: list[int], versions: np.ndarray | None = None
+        self,
+        indices: list[int],
+        versions: np.ndarray | None = None,
+        read: Callable[[np.ndarray, np.ndarray], list[bytes | None]] | None = None,
     ) -> tuple[list[bytes | None], int]:
-        """`get_many`, and how many items were READY under another version (stale).
+        """Bytes of each READY item (of the ``versions`` expected, if given), None for the rest,
+        and how many items were READY under another version (stale).
 
-        No lock (see the module notes): state and version are read before the bytes
-        and again after, so an item replaced meanwhile is a miss, never torn bytes.
+        The one lookup of the RAM and disk tiers: ``read(offsets, lengths)`` gives the
+        bytes of the READY items (None where it cannot: a miss); by default `read_data`,
+        this mapping's own data area; the disk tier reads its data file. No lock (see
+        the module notes): state and version are read before the bytes and again after,
+        so an item replaced meanwhile is a miss, never torn bytes.
         """
         idx = np.asarray(indices, dtype=np.intp)  # one conversion for every gather below
         ready = self.state[idx] == READY
@@ -256,11 +265,13 @@ class ShmCache:
         if not len(hit):
             return out, stale
         which = idx[hit]
-        base, mm = self.data_off, self.mm
-        starts = (self.offset[which] + base).tolist()  # loaded after the states (see notes)
-        lengths = self.length[which].tolist()
-        for k, start, size in zip(hit.tolist(), starts, lengths, strict=True):
-            out[k] = mm[start : start + size]
+        # offsets and lengths loaded after the states (see notes)
+        raws = (read or self.read_data)(self.offset[which], self.length[which])
+        if len(raws) == len(indices):  # all hits: the reads are the answer, in order
+            out = raws
+        else:
+            for k, raw in zip(hit.tolist(), raws, strict=True):
+                out[k] = raw
         still = self.state[which] == READY
         if versions is not None:
             still &= self.version[which] == versions[hit]
@@ -268,6 +279,13 @@ class ShmCache:
             for k in hit[~still].tolist():
                 out[k] = None
         return out, stale
+
+    def read_data(self, offsets: np.ndarray, lengths: np.ndarray) -> list[bytes | None]:
+        """The bytes at ``offsets`` of this mapping's data area (the RAM tier's reads)."""
+        starts = offsets + self.data_off
+        mm = self.mm
+        ends = (starts + lengths).tolist()
+        return [mm[a:b] for a, b in zip(starts.tolist(), ends, strict=True)]
 
     def put_many(
         self, items: list[tuple[int, bytes]], versions: np.ndarray | None = None, since: int = 0
@@ -353,8 +371,8 @@ class ShmCache:
         Raises:
             AssertionError: naming the first inconsistency found.
         """
-        if self.layout.policy == "lru":
-            raise AssertionError(f"{self.path} is an LRU segment: use policy.lru_check")
+        if self.layout.page_size:
+            raise AssertionError(f"{self.path} is a paged (LRU) segment: use lru.lru_check")
         ready = np.flatnonzero(self.state == READY)
         held = np.flatnonzero(self.state != EMPTY)
         starts, ends = self.offset[held], self.offset[held] + self.length[held]
@@ -372,6 +390,7 @@ class ShmCache:
             )
 
     def used_bytes(self) -> int:
-        if self.layout.policy == "lru":
+        """Bytes of the data area taken: the bump pointer, or the pages not free."""
+        if self.layout.page_size:
             return (int(self.hdr[H_PAGES]) - int(self.hdr[H_FREE_PAGES])) * self.layout.page_size
         return int(self.hdr[H_BUMP])

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from unstall.cache.segment import segment_name, segment_path
+from unstall.cache.shm.segment import segment_name, segment_path
 
 _PAGE = 4096
 

@@ -3,7 +3,7 @@
 When the last job using a segment leaves, the segment stays in shared memory for
 ``keep`` seconds (`Cache(keep=...)`, else ``$UNSTALL_CACHE_KEEP_S``, default
 `DEFAULT_KEEP_S`), so a job started after it hits from its first epoch. That is
-safe because every item carries the version of its source (`unstall.cache.shm_cache`):
+safe because every item carries the version of its source (`unstall.cache.shm.index`):
 a file changed in between is a miss, never served. Kept segments are released,
 oldest first, by `sweep` (run on every `Cache.bind` and every release):
 
@@ -13,7 +13,7 @@ oldest first, by `sweep` (run on every `Cache.bind` and every release):
 - while the node's available memory is below `MIN_AVAILABLE_SHARE` of RAM, or the
   shared-memory directory lacks room for a segment about to be made.
 
-and by a small detached process started at each release (`unstall.cache.reaper`), so
+and by a small detached process started at each release (`unstall.cache.shm.reaper`), so
 the keep time holds even if no unstall process runs after. `unstall cache list`
 shows them ("kept until ..."), `unstall cache clear` removes them.
 """
@@ -27,9 +27,9 @@ from typing import Any
 
 import psutil
 
-from unstall.cache import segment
 from unstall.cache.capacity import parse_capacity
-from unstall.cache.shm_cache import H_KEEP_UNTIL, H_LEFT_AT, ShmCache
+from unstall.cache.shm import lifecycle, segment
+from unstall.cache.shm.index import H_KEEP_UNTIL, H_LEFT_AT, ShmCache
 
 #: Seconds a segment is kept after its last user leaves, unless told otherwise.
 DEFAULT_KEEP_S = 3600.0
@@ -78,17 +78,15 @@ def max_kept_bytes() -> int:
 
 def kept_segments() -> list[dict[str, Any]]:
     """This user's kept segments (no live user, a keep time set), oldest first."""
-    from unstall.cache.lifecycle import _map, alive_owners
-
     out = []
     for name in segment.list_segment_names():
         path = segment.segment_path(name)
-        cache = _map(path, skip=(FileNotFoundError, PermissionError))
+        cache = lifecycle.map_file(path, skip=(FileNotFoundError, PermissionError))
         if not isinstance(cache, ShmCache):
             continue
         try:
             until = int(cache.hdr[H_KEEP_UNTIL]) if cache.valid() else 0
-            if until and not alive_owners(cache):
+            if until and not lifecycle.alive_owners(cache):
                 size = os.fstat(cache.fd).st_blocks * 512
                 out.append(dict(name=name, until=until, left=int(cache.hdr[H_LEFT_AT]), size=size))
         finally:
@@ -118,7 +116,11 @@ def sweep(*, need_bytes: int = 0, now: float | None = None) -> list[str]:
         total -= oldest["size"]
         shm_free += oldest["size"]
         available += oldest["size"]
-    return [name for name in released if _release(name)]
+    return [
+        name
+        for name in released
+        if lifecycle.remove(segment.segment_path(name), kept_only=True)  # a job may have taken it
+    ]
 
 
 def start_reaper(path: str) -> None:
@@ -126,7 +128,7 @@ def start_reaper(path: str) -> None:
     import subprocess
     import sys
 
-    from unstall.cache import reaper
+    from unstall.cache.shm import reaper
 
     with contextlib.suppress(OSError):  # no process to spare: the next bind's sweep does it
         subprocess.Popen(
@@ -137,24 +139,3 @@ def start_reaper(path: str) -> None:
             start_new_session=True,
             close_fds=True,
         )
-
-
-def _release(name: str) -> bool:
-    """Remove a kept segment if it is still kept and unused (a job may have taken it)."""
-    from unstall.cache.lifecycle import _map, alive_owners
-
-    path = segment.segment_path(name)
-    cache = _map(path)
-    if not isinstance(cache, ShmCache):
-        return False
-    try:
-        with segment.locked(cache.fd):
-            if not segment.still_linked(cache.fd, path) or alive_owners(cache):
-                return False
-            if not int(cache.hdr[H_KEEP_UNTIL]):
-                return False
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            return True
-    finally:
-        cache.close()

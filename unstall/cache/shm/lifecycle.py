@@ -8,7 +8,7 @@ A segment's users are its live owners. The last owner to close either removes
 the file or, with a keep time (`Cache(keep=...)`, ``$UNSTALL_CACHE_KEEP_S``),
 leaves it *kept* until then, so the next job of the same dataset hits from its
 first epoch (every item carries its source's version, so nothing stale is
-served); `unstall.cache.keep` releases kept segments when they expire or memory
+served); `unstall.cache.shm.keep` releases kept segments when they expire or memory
 is needed. A segment whose owners are all dead (SIGKILL, OOM), or a kept one, is
 reclaimed by the next process that opens it: reused if it holds the same dataset
 and capacity, else replaced.
@@ -22,14 +22,18 @@ from typing import Any, Literal
 
 import numpy as np
 
-from unstall.cache import segment
-from unstall.cache.shm_cache import (
+from unstall.cache.shm import segment
+from unstall.cache.shm.index import (
     CLAIMED,
     EMPTY,
+    H_CACHED_ITEMS,
     H_CAPACITY,
+    H_FP0,
+    H_FP1,
     H_KEEP_UNTIL,
     H_LEFT_AT,
     H_RECLAIMS,
+    H_STALE_BYTES,
     S_BYTES,
     S_GROUP,
     S_HITS,
@@ -82,8 +86,7 @@ def open_or_create(
             cache = ShmCache(fd, path)
         except ValueError:  # not a segment (truncated or foreign file under our prefix)
             os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            _unlink(path)
             continue
         how, busy = "", []
         with segment.locked(fd):
@@ -94,7 +97,7 @@ def open_or_create(
                     how = "kept" if int(cache.hdr[H_KEEP_UNTIL]) else "reclaimed"
                     _reset_after_crash(cache)
                 else:
-                    os.unlink(path)
+                    _unlink(path)  # another dataset's or size's, unused: replaced
             elif not cache.matches(layout, fingerprint):
                 busy = alive_owners(cache)
             else:
@@ -113,7 +116,7 @@ def open_or_create(
 
 def attach(path: str, *, owner: int, group: int) -> tuple[ShmCache, int] | None:
     """Map an existing segment from a worker (after fork); None if it is gone."""
-    cache = _map(path)
+    cache = map_file(path)
     if not isinstance(cache, ShmCache):
         return None
     if not cache.valid():
@@ -177,9 +180,11 @@ def alive_owners(cache: ShmCache) -> list[int]:
 
 
 def _reusable(cache: ShmCache, layout: Layout, fingerprint: str) -> bool:
+    """Same dataset and size, and not paged: a dead holder of an evicting (paged) segment's
+    lock may have left its page chains torn, so such a segment is replaced."""
     return (
         cache.matches(layout, fingerprint)
-        and layout.policy == "noevict"
+        and not layout.page_size
         and int(cache.hdr[H_CAPACITY]) == layout.capacity
     )
 
@@ -237,19 +242,6 @@ def add_counts(
             local[key] += value
 
 
-def hit_figures(counts: dict[str, int]) -> dict[str, Any]:
-    """The figures a layer's ``stats()`` reports from summed counts, with the hit rate."""
-    total = counts["hits"] + counts["misses"]
-    return {
-        "hits": counts["hits"],
-        "misses": counts["misses"],
-        "hit_rate": counts["hits"] / total if total else 0.0,
-        "inserted": counts["inserted"],
-        "inserted_bytes": counts["inserted_bytes"],
-        "stale": counts["stale"],
-    }
-
-
 def release(cache: ShmCache, *, group: int, keep_s: float = 0.0) -> bool:
     """An owner leaves: free its group's slots. If no live owner remains, remove the file,
     or with ``keep_s > 0`` keep it that many seconds for the next job. True if removed."""
@@ -265,7 +257,7 @@ def release(cache: ShmCache, *, group: int, keep_s: float = 0.0) -> bool:
                 cache.state[cache.state == CLAIMED] = EMPTY  # none of ours is in flight now
                 cache.hdr[H_KEEP_UNTIL] = max(1, int(now + keep_s))
             else:
-                os.unlink(cache.path)
+                _unlink(cache.path)
                 removed = True
     cache.close()
     return removed
@@ -273,14 +265,12 @@ def release(cache: ShmCache, *, group: int, keep_s: float = 0.0) -> bool:
 
 def describe(path: str) -> dict[str, Any] | None:
     """What `unstall cache list` shows for one segment; None if it is not a valid one."""
-    cache = _map(path, skip=(FileNotFoundError, PermissionError))
+    cache = map_file(path, skip=(FileNotFoundError, PermissionError))
     if not isinstance(cache, ShmCache):
         return None
     try:
         if not cache.valid():
             return None
-        from unstall.cache.shm_cache import H_CACHED_ITEMS, H_FP0, H_FP1, H_STALE_BYTES
-
         fp = np.array([cache.hdr[H_FP0], cache.hdr[H_FP1]], dtype=np.int64).tobytes().hex()
         return {
             "name": os.path.basename(path),
@@ -299,27 +289,40 @@ def describe(path: str) -> dict[str, Any] | None:
         cache.close()
 
 
-def remove(path: str, *, force: bool = False) -> bool:
-    """Unlink a segment if no live process uses it (or anyway with ``force``)."""
-    cache = _map(path)
+def remove(path: str, *, force: bool = False, kept_only: bool = False) -> bool:
+    """Remove the segment at ``path`` if no live process uses it (or anyway with ``force``);
+    True if removed. The one removal of a segment by name (`unstall cache clear`, and
+    `unstall.cache.shm.keep` releasing a kept one with ``kept_only``: only if it is still
+    kept, unused and the same file; a file that is not a segment is left then).
+    """
+    cache = map_file(path)
     if cache == "missing":
         return False
     if cache == "foreign":  # not a segment: a truncated file under our prefix
-        os.unlink(path)
+        if kept_only:
+            return False
+        _unlink(path)
         return True
-    assert isinstance(cache, ShmCache)
     try:
         with segment.locked(cache.fd):
-            if cache.valid() and alive_owners(cache) and not force:
+            if kept_only:
+                kept = int(cache.hdr[H_KEEP_UNTIL]) != 0
+                if not kept or not segment.still_linked(cache.fd, path) or alive_owners(cache):
+                    return False
+            elif cache.valid() and alive_owners(cache) and not force:
                 return False
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            _unlink(path)
             return True
     finally:
         cache.close()
 
 
-def _map(
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def map_file(
     path: str, *, skip: tuple[type[OSError], ...] = (FileNotFoundError,)
 ) -> ShmCache | Literal["missing", "foreign"]:
     """Map the file at ``path``: the segment, ``"missing"`` (an error in ``skip`` on open, or
