@@ -10,16 +10,16 @@ or ``'unstall[gpu]'``) and imported only when used; everything also runs on the 
 
 from unstall.gpu.augment import crop_flip_normalize, pad_batch, reference_crop_flip_normalize
 from unstall.gpu.decode import GpuDecoder, cpu_decoder, pick_decoder
-from unstall.gpu.engine import Engine, available_decoder, pick_engine
-from unstall.gpu.prep import EncodedView, GpuPrep, collate_encoded
+from unstall.gpu.engine import Engine, TorchEngine, available_decoder, pick_engine
+from unstall.gpu.fallback import EngineError, FallbackEngine
 
 __all__ = [
-    "EncodedView",
     "Engine",
+    "EngineError",
+    "FallbackEngine",
     "GpuDecoder",
-    "GpuPrep",
+    "TorchEngine",
     "available_decoder",
-    "collate_encoded",
     "cpu_decoder",
     "crop_flip_normalize",
     "pad_batch",
