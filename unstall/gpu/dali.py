@@ -188,11 +188,13 @@ class DaliEngine:
         return images
 
     def timings(self) -> dict[str, float]:
-        """Host time per batch feeding DALI and waiting for its outputs [Unit: ms]."""
+        """Host time per batch feeding DALI and waiting for its outputs [Unit: ms], and the
+        batches DALI rejected (prepared on the CPU)."""
         batches = max(1, self.produced + self.rejected_batches)
         return {
-            "feed_ms_per_batch": round(1e3 * self.feed_s / batches, 3),
-            "wait_ms_per_batch": round(1e3 * self.wait_s / batches, 3),
+            "dali_feed_ms_per_batch": round(1e3 * self.feed_s / batches, 3),
+            "dali_wait_ms_per_batch": round(1e3 * self.wait_s / batches, 3),
+            "rejected_batches": self.rejected_batches,
         }
 
     def close(self) -> None:
