@@ -283,7 +283,7 @@ def test_loader_gpu_prep_path_on_cpu_matches_cpu_prep(
         if epoch == 0:  # same seed, order and workers: same boxes, decoded at full size
             for (x, y), (x_cpu, y_cpu) in zip(got, want, strict=True):
                 assert torch.equal(y, y_cpu)
-                assert float((x - x_cpu).abs().mean()) < 0.08  # CPU prep uses DCT scaling
+                assert float((x - x_cpu).abs().mean()) < 0.01  # the CPU path's resize filter
     stats = loader.stats()
     assert stats["samples"] == 32 and stats["epochs_completed"] == 2
     assert stats["stage"]["count"] == 8 and [e["stage_s"] > 0 for e in stats["per_epoch"]] == [
