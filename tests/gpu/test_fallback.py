@@ -208,3 +208,21 @@ def test_the_split_controller_gets_the_engines_time(jpeg_dir, monkeypatch):
     assert plan["engine_clock"] == "host" and plan["engine_s"] > 0
     assert plan["engine_ms_per_batch"] == pytest.approx(1e3 * plan["engine_s"] / 3, rel=1e-3)
     assert plan["gpu_rate_per_s"] > 0
+
+
+def test_auto_without_dali_names_the_measured_decoder_or_none_and_why(monkeypatch):
+    """On CUDA without DALI, "auto" gets the decoder measured fastest, or None and the reason
+    (then the loader prepares on the CPU workers). Measurements stand in for a GPU here."""
+    from unstall.gpu import engine
+
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(engine, "dali_importable", lambda: False)
+    fast = GpuDecoder("nvImageCodec", cpu_decoder().decode)
+    monkeypatch.setattr(decode, "_measured", {"cuda:0": (fast, "nvImageCodec: measured fastest")})
+    assert engine.available_decoder(device=cuda) == "nvImageCodec"
+    assert engine.decoder_choice(cuda) == "nvImageCodec: measured fastest"
+    slow = "no GPU decoder beats one CPU core (nvImageCodec 900 img/s, cpu (simplejpeg) 1,200)"
+    monkeypatch.setattr(decode, "_measured", {"cuda:0": (None, slow)})
+    assert engine.available_decoder(device=cuda) is None
+    assert engine.decoder_choice(cuda) == slow
+    assert engine.decoder_choice(torch.device("cpu")).startswith("no CUDA device")

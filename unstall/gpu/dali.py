@@ -128,6 +128,8 @@ class DaliEngine:
         self._generation = 0
         self._fed: list[Any] = []  # fed before the first run (which starts `prefetch` at once)
         self._queue: deque[tuple[bool, Any]] = deque()  # (real batch?, its inputs) per iteration
+        # no_copy: DALI may read a batch's bytes until `prefetch` iterations after it was fed
+        self._retired: deque[Any] = deque(maxlen=prefetch + 1)
         self._started = False
         self.produced = 0
         self.rejected_batches = 0
@@ -174,9 +176,9 @@ class DaliEngine:
             if not self._started:  # fewer batches than `prefetch` so far
                 self._start(pipe)
             while not self._queue[0][0]:  # padding iterations of the first run
-                self._queue.popleft()
+                self._retired.append(self._queue.popleft()[1])
                 pipe.outputs()
-            self._queue.popleft()
+            self._retired.append(self._queue.popleft()[1])
             stream = torch.cuda.current_stream(handle.device) if self.cuda else None
             (out,) = pipe.outputs(cuda_stream=stream)
             images = self._to_torch(out, handle.n, handle.device, stream)
@@ -210,6 +212,7 @@ class DaliEngine:
         self._generation += 1
         self._fed, self._started = [], False
         self._queue.clear()
+        self._retired.clear()
 
     def _start(self, pipe: Any) -> None:
         """DALI's first run starts `prefetch` iterations: pad with copies of the last batch."""

@@ -116,16 +116,18 @@ def dali_importable() -> bool:
 def available_decoder(*, device: torch.device | None = None) -> str | None:
     """The GPU decoder GPU prep would use here, by name, or None if none is usable.
 
-    DALI if importable. Otherwise, without ``device`` (or on a CPU device): the first
-    importable of nvImageCodec and torchvision, by imports only. With a CUDA
-    ``device``: the batch decoder measured fastest there (`fastest_decoder`), or None
-    when none works or none beats one CPU core (then prepare on the CPU workers;
-    `decoder_choice` says why). Whether CUDA is present is the caller's question.
+    DALI if importable. Otherwise, on a CUDA ``device`` (default: the current CUDA
+    device where CUDA is available): the batch decoder measured fastest there
+    (`fastest_decoder`), or None when none works or none beats one CPU core (then
+    prepare on the CPU workers; `decoder_choice` says why). Without CUDA: the first
+    importable of nvImageCodec and torchvision, by imports only.
     """
     if dali_importable():
         import nvidia.dali  # type: ignore[import-not-found]
 
         return f"DALI {nvidia.dali.__version__} (mixed: hardware JPEG decoder, else nvJPEG)"
+    if device is None and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
     if device is not None and device.type == "cuda":
         decoder, _ = fastest_decoder(device)
         return None if decoder is None else decoder.name
@@ -139,7 +141,8 @@ def available_decoder(*, device: torch.device | None = None) -> str | None:
 
 
 def decoder_choice(device: torch.device) -> str:
-    """Why `available_decoder` chose what it did on ``device``, for the loader's log line."""
+    """Why `available_decoder` chose what it did on ``device``, for the loader's log line
+    (e.g. ``"no GPU decoder beats one CPU core (nvImageCodec 900 img/s, ...)"``)."""
     if dali_importable():
         return "DALI is installed"
     if device.type != "cuda":
