@@ -4,8 +4,12 @@ Used by ``unstall.DataLoader(..., device="cuda", prep="auto"|"gpu"|"hybrid")``: 
 fetch bytes and draw each sample's crop and flip (`split`); the GPU stage's engine
 (`engine`: DALI, or a batch decoder + `crop_flip_normalize`) prepares its share of every
 batch, the workers the rest, the share following both sides' measured rates
-(`controller`, `hybrid`). GPU libraries are optional (``pip install 'unstall[dali]'``
-or ``'unstall[gpu]'``) and imported only when used; everything also runs on the CPU.
+(`controller`, `hybrid`, timed with CUDA events). An engine that fails to build or run
+is replaced once, with one log line: DALI, then the torch engine, then the CPU workers
+(`fallback`). Every engine gives the CPU path's pixels: no EXIF rotation, the same
+chroma upsampling and antialiased resize. GPU libraries are optional (``pip install
+'unstall[dali]'``, ``'unstall[dali-cu12]'`` or ``'unstall[gpu]'``) and imported only
+when used; everything also runs on the CPU.
 """
 
 from unstall.gpu.augment import crop_flip_normalize, pad_batch, reference_crop_flip_normalize
