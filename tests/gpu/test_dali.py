@@ -82,12 +82,13 @@ def test_a_batch_dali_rejects_is_prepared_on_the_cpu_or_named(encoded):
     torch.testing.assert_close(engine(batch, torch.device("cpu")), want)  # still usable
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("order", ["pipelined", "one at a time"])
-def test_batches_in_flight_come_back_in_order_and_equal(encoded, order):
+def test_batches_in_flight_come_back_in_order_and_equal(encoded, order, device):
     """Depth 2: feeding the next batches before taking the first gives the same images; fewer
     batches than the depth (an epoch of one batch) pad DALI's first run and still work."""
     batch, dataset, pipeline = encoded
-    device = torch.device("cpu")
+    device = torch.device(device)
     parts = []
     for a, b in ((0, 2), (2, 5), (5, 6), (0, 6)):
         part = {key: v[a:b] for key, v in batch.items() if key not in (ENCODED, "offsets")}

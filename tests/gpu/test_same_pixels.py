@@ -65,18 +65,32 @@ def per_image_error(got: torch.Tensor, pipeline, raws, batch) -> list[float]:
     return out
 
 
+#: Per-image mean bound [normalized units]: DALI's CPU backend is the CPU path's libjpeg-turbo
+#: (measured 0.0033); ``mixed`` decodes with the GPU's IDCT (bound to be measured on a GPU).
+BOUND = {"cpu": 0.01, "cuda": 0.02}
+
+
 @needs_dali
 @pytest.mark.parametrize("seed", [1, 2])
-def test_dali_engine_gives_the_cpu_paths_pixels(seed):
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+        ),
+    ],
+)
+def test_dali_engine_gives_the_cpu_paths_pixels(seed, device):
     from unstall.gpu.dali import DaliEngine
 
     pipeline = ImagePipeline(seed=seed)
     raws = [photo(kind, seed) for kind in KINDS]
     batch = _encode([EncodedImage(r, *draw(pipeline, r), i) for i, r in enumerate(raws)])
-    engine = DaliEngine(pipeline, torch.device("cpu"), batch_size=len(KINDS), key_of=str)
-    got = engine(batch, torch.device("cpu"))
+    engine = DaliEngine(pipeline, torch.device(device), batch_size=len(KINDS), key_of=str)
+    got = engine(batch, torch.device(device)).cpu()
     errors = per_image_error(got, pipeline, raws, batch)
-    assert max(errors) < 0.01, dict(zip(KINDS, errors, strict=True))
+    assert max(errors) < BOUND[device], dict(zip(KINDS, errors, strict=True))
     assert engine.rejected_batches == 0 and engine.produced == 1
     # a rotated decode would be far off: the CPU path turned by a quarter differs by ~1
     turned = torch.rot90(got[0], 1, (1, 2))
