@@ -12,6 +12,7 @@ from unstall.bench import BenchResult, write_json
 from unstall.bench import overhead as overhead_bench
 from unstall.bench import train as train_bench
 from unstall.bench.train import (
+    DALI_OWN,
     GPU_PREP,
     HYBRID,
     LEAN,
@@ -66,7 +67,14 @@ def test_train_reports_every_variant_and_the_ratio(tmp_path, monkeypatch):
     assert out["benchmark"] == "train" and out["model"] == "resnet18"
     variants = out["variants"]
     assert set(variants) >= {SYNTHETIC, TORCH, LEAN, HYBRID}  # hybrid: a CPU engine without CUDA
-    assert set(variants) | set(out["skipped"]) == {SYNTHETIC, TORCH, LEAN, GPU_PREP, HYBRID}
+    assert set(variants) | set(out["skipped"]) == {
+        SYNTHETIC,
+        TORCH,
+        LEAN,
+        GPU_PREP,
+        HYBRID,
+        DALI_OWN,
+    }
     plan = variants[HYBRID]["prep_plan"]
     assert plan["mode"] == "hybrid" and plan["cpu_samples"] > 0 and plan["gpu_samples"] > 0
     if not torch.cuda.is_available():

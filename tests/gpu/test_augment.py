@@ -1,4 +1,4 @@
-"""Batched crop/flip/normalize equals the per-image loop; GPU prep's pieces run on the CPU too."""
+"""Batched crop/flip/normalize equals the per-image loop; the torch engine runs on the CPU too."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from unstall.gpu.augment import (
     size_groups,
 )
 from unstall.gpu.decode import GpuDecoder, cpu_decoder
-from unstall.gpu.prep import ENCODED, EncodedView, GpuPrep, collate_encoded
+from unstall.gpu.engine import ENGINE_ENV, TorchEngine
+from unstall.gpu.prep import ENCODED, EncodedImage, _encode, draw
 from unstall.loader.slots import leftover_slots
 from unstall.pipeline import ImagePipeline, decode_jpeg
 from unstall.stores import LocalStore
@@ -106,36 +107,18 @@ def jpeg_dir(tmp_path_factory):
     return write_jpegs(tmp_path_factory.mktemp("jpegs"), 16, classes=2, seed=11)
 
 
-def test_gpu_prep_pieces_on_cpu_through_workers_match_the_cpu_pipeline(jpeg_dir):
-    pipeline = ImagePipeline(output="uint8", seed=9)
-    dataset = unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline)
-    view = EncodedView(dataset, pipeline)
-    loader = unstall.DataLoader(view, batch_size=8, collate_fn=collate_encoded, num_workers=2)
-    prep = GpuPrep(pipeline, cpu_decoder(), key_of=dataset.key)
-    seen = []
-    for encoded, labels in loader:
-        out = prep([encoded, labels], torch.device("cpu"))
-        assert out[0].shape == (8, 3, 224, 224) and torch.equal(out[1], labels)
-        data, bounds = encoded[ENCODED], encoded["offsets"].tolist()
-        for k, index in enumerate(encoded["indices"].tolist()):
-            raw = dataset.fetch([index])[0]
-            assert data[bounds[k] : bounds[k + 1]].numpy().tobytes() == raw
-            assert labels[k] == dataset.labels[index]
-            box, flip = tuple(encoded["boxes"][k].tolist()), bool(encoded["flips"][k])
-            cpu = pipeline.normalize(pipeline.apply(raw, box, flip=flip, dct=False)[None])[0]
-            err = (out[0][k] - cpu).abs()
-            assert float(err.mean()) < 0.08  # no antialiasing on this path: small mean error
-            seen.append(index)
-    assert seen == list(range(16))
+def encode(pipeline, dataset, indices, raws=None):
+    """An encoded batch as the workers pack it: bytes, boxes and flips drawn by ``pipeline``."""
+    raws = dataset.fetch(indices) if raws is None else raws
+    pairs = zip(indices, raws, strict=True)
+    return _encode([EncodedImage(r, *draw(pipeline, r), i) for i, r in pairs])
 
 
 def test_boxes_follow_the_pipelines_seeded_stream(jpeg_dir):
     def boxes():
         pipeline = ImagePipeline(seed=21)
-        view = EncodedView(unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline), pipeline)
-        return [
-            (s[0].box, s[0].flip) for s in (view.prepare(i, view.fetch([i])[0]) for i in range(16))
-        ]
+        dataset = unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline)
+        return [draw(pipeline, dataset.fetch([i])[0]) for i in range(16)]
 
     first, second = boxes(), boxes()
     assert first == second and len({b for b, _ in first}) > 1
@@ -147,27 +130,21 @@ def test_undecodable_image_raises_sample_error_naming_the_key(jpeg_dir):
     dataset = unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline)
     good = dataset.fetch([0])[0]
     broken = good[:200]  # header intact, scan data missing
-    batch = collate_encoded(
-        [
-            EncodedView(dataset, pipeline).prepare(0, good),
-            EncodedView(dataset, pipeline).prepare(3, good),
-        ]
-    )
-    batch[0][ENCODED] = torch.from_numpy(np.frombuffer(good + broken, dtype=np.uint8).copy())
-    batch[0]["offsets"] = torch.tensor([0, len(good), len(good) + len(broken)])
+    batch = encode(pipeline, dataset, [0, 3], [good, good])
+    batch[ENCODED] = torch.from_numpy(np.frombuffer(good + broken, dtype=np.uint8).copy())
+    batch["offsets"] = torch.tensor([0, len(good), len(good) + len(broken)])
     with pytest.raises(ValueError):
         decode_jpeg(broken)
     assert dataset.key(3) == "c0/006.jpg"
     with pytest.raises(SampleError, match=r"sample 3 \(key 'c0/006.jpg'\)") as info:
-        GpuPrep(pipeline, cpu_decoder(), key_of=dataset.key)(batch, torch.device("cpu"))
+        TorchEngine(pipeline, cpu_decoder(), key_of=dataset.key)(batch, torch.device("cpu"))
     assert info.value.index == 3 and info.value.key == "c0/006.jpg"
 
 
 def test_images_the_device_decoder_rejects_or_misshapes_are_decoded_on_the_cpu(jpeg_dir):
     pipeline = ImagePipeline(seed=4)
     dataset = unstall.ImageFolder(LocalStore(jpeg_dir), transform=pipeline)
-    view = EncodedView(dataset, pipeline)
-    batch = collate_encoded([view.prepare(i, view.fetch([i])[0]) for i in range(6)])
+    batch = encode(pipeline, dataset, list(range(6)))
     plain = cpu_decoder()
     asked = []
 
@@ -177,9 +154,10 @@ def test_images_the_device_decoder_rejects_or_misshapes_are_decoded_on_the_cpu(j
         out[2] = out[2][:, :16, :16]  # a size that cannot hold its box (as if turned by EXIF)
         return [None if k % 2 else im for k, im in enumerate(out)]
 
-    want = GpuPrep(pipeline, plain)(batch, torch.device("cpu"))
-    got = GpuPrep(pipeline, GpuDecoder("picky", picky))(batch, torch.device("cpu"))
-    assert asked == [6] and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    want = TorchEngine(pipeline, plain, key_of=dataset.key)(batch, torch.device("cpu"))
+    picky_engine = TorchEngine(pipeline, GpuDecoder("picky", picky), key_of=dataset.key)
+    got = picky_engine(batch, torch.device("cpu"))
+    assert asked == [6] and torch.equal(got, want)
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -274,25 +252,12 @@ def test_nvimgcodec_decodes_like_the_cpu_decoder(jpeg_dir):
         assert int(diff.max()) <= 8 and float(diff.float().mean()) < 0.5
 
 
-@pytest.fixture
-def gpu_prep_on_cpu(monkeypatch):
-    """Make ``prep="gpu"`` run GPU prep's loader path on the CPU, with the CPU decoder."""
-    import unstall.loader.build as module
-    from unstall.loader.on_device import gpu_prep_parts, plan_prep, standard_pipeline
-
-    def plan(prep, dataset, device, collate_fn, **kw):
-        if prep != "gpu":
-            return plan_prep(prep, dataset, device, collate_fn, **kw)
-        return gpu_prep_parts(dataset, standard_pipeline(dataset), cpu_decoder())
-
-    monkeypatch.setattr(module, "plan_prep", plan)
-
-
 @pytest.mark.parametrize(("num_workers", "zero_copy"), [(0, False), (2, False), (2, True)])
 def test_loader_gpu_prep_path_on_cpu_matches_cpu_prep(
-    jpeg_dir, gpu_prep_on_cpu, num_workers, zero_copy
+    jpeg_dir, monkeypatch, num_workers, zero_copy
 ):
     """Workers fetch bytes and draw boxes, the prep thread decodes + crops: CPU prep's output."""
+    monkeypatch.setenv(ENGINE_ENV, "torch")
 
     def run(prep):
         pipeline = ImagePipeline(seed=5)
@@ -318,7 +283,7 @@ def test_loader_gpu_prep_path_on_cpu_matches_cpu_prep(
         if epoch == 0:  # same seed, order and workers: same boxes, decoded at full size
             for (x, y), (x_cpu, y_cpu) in zip(got, want, strict=True):
                 assert torch.equal(y, y_cpu)
-                assert float((x - x_cpu).abs().mean()) < 0.08  # CPU prep uses DCT scaling
+                assert float((x - x_cpu).abs().mean()) < 0.01  # the CPU path's resize filter
     stats = loader.stats()
     assert stats["samples"] == 32 and stats["epochs_completed"] == 2
     assert stats["stage"]["count"] == 8 and [e["stage_s"] > 0 for e in stats["per_epoch"]] == [

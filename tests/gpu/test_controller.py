@@ -59,3 +59,59 @@ def test_fixed_modes_never_move_and_bad_settings_are_named():
         ShareController(8, 2, "fast")
     with pytest.raises(ValueError, match="batch_size=0"):
         ShareController(0, 2)
+
+
+class FakeEvent:
+    """A CUDA event stand-in: completes when told, at a given device time [ms]."""
+
+    def __init__(self, at_ms, done=True):
+        self.at_ms, self.done = at_ms, done
+
+    def query(self):
+        return self.done
+
+    def elapsed_time(self, end):
+        return end.at_ms - self.at_ms
+
+
+class Recorder:
+    """A controller stand-in that records what it was told."""
+
+    mode = "hybrid"
+
+    def __init__(self):
+        self.seen = []
+
+    def observe(self, n, k, fixed_s, cpu_s, gpu_s):
+        self.seen.append((n, k, round(gpu_s, 6)))
+        return k
+
+
+def test_the_controller_gets_device_time_once_the_events_complete():
+    """On CUDA the engine's kernels run after the host returns: the controller waits for each
+    batch's end event and divides by the device's time (not the shorter host time); with
+    batches in flight a batch counts from the previous one's end, not twice."""
+    from types import SimpleNamespace
+
+    from unstall.gpu.hybrid import HybridPrep, _Timed
+
+    pipeline = SimpleNamespace(size=(8, 8), mean=(0.5,) * 3, std=(0.5,) * 3)
+    controller, rows = Recorder(), SimpleNamespace(value=0)
+    prep = HybridPrep(pipeline, SimpleNamespace(name="fake"), controller, rows)
+    first_end = FakeEvent(30.0, done=False)
+    prep._timed.append(_Timed(8, 2, (0.0, 0.0), 0.002, FakeEvent(0.0), first_end, None))
+    prep._observe()
+    assert controller.seen == []  # the device has not finished: nothing measured yet
+    first_end.done = True
+    second = _Timed(8, 4, (0.0, 0.0), 0.001, FakeEvent(10.0), FakeEvent(45.0), first_end)
+    prep._timed.append(second)
+    prep._timed.append(_Timed(8, 8, (0.0, 0.0), 0.0))  # all on the CPU: no engine time
+    prep._observe()
+    # 30 ms on the device (host 2 ms); then 45 - 30 = 15 ms since the first ended (its own
+    # span, 35 ms, overlapped the first's); then none
+    assert controller.seen == [(8, 2, 0.03), (8, 4, 0.015), (8, 8, 0.0)]
+    assert prep.engine_s == pytest.approx(0.045) and prep.engine_batches == 2
+    slow_host = _Timed(8, 0, (0.0, 0.0), 0.05, FakeEvent(50.0), FakeEvent(60.0), None)
+    prep._timed.append(slow_host)
+    prep._observe()
+    assert controller.seen[-1] == (8, 0, 0.05)  # the host held the thread longer: that counts

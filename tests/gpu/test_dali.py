@@ -14,7 +14,7 @@ import unstall
 from tests.conftest import write_jpegs
 from unstall.errors import SampleError
 from unstall.gpu import available_decoder
-from unstall.gpu.prep import ENCODED, EncodedView, collate_encoded
+from unstall.gpu.prep import ENCODED, EncodedImage, _encode, draw
 from unstall.pipeline import ImagePipeline
 from unstall.stores import LocalStore
 
@@ -35,9 +35,12 @@ def encoded(tmp_path_factory):
     root = write_jpegs(tmp_path_factory.mktemp("dali"), 6, classes=2, seed=4)
     pipeline = ImagePipeline(seed=8)
     dataset = unstall.ImageFolder(LocalStore(root), transform=pipeline)
-    view = EncodedView(dataset, pipeline)
-    batch = collate_encoded([view.prepare(i, view.fetch([i])[0])[0] for i in range(6)])
-    return batch, dataset, pipeline
+    return encode(pipeline, dataset.fetch(range(6))), dataset, pipeline
+
+
+def encode(pipeline, raws):
+    """An encoded batch of ``raws``, boxes and flips drawn by ``pipeline``, as workers pack it."""
+    return _encode([EncodedImage(raw, *draw(pipeline, raw), i) for i, raw in enumerate(raws)])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -77,6 +80,38 @@ def test_a_batch_dali_rejects_is_prepared_on_the_cpu_or_named(encoded):
         engine(broken, torch.device("cpu"))
     assert engine.rejected_batches == 1
     torch.testing.assert_close(engine(batch, torch.device("cpu")), want)  # still usable
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("order", ["pipelined", "one at a time"])
+def test_batches_in_flight_come_back_in_order_and_equal(encoded, order, device):
+    """Depth 2: feeding the next batches before taking the first gives the same images; fewer
+    batches than the depth (an epoch of one batch) pad DALI's first run and still work."""
+    batch, dataset, pipeline = encoded
+    device = torch.device(device)
+    parts = []
+    for a, b in ((0, 2), (2, 5), (5, 6), (0, 6)):
+        part = {key: v[a:b] for key, v in batch.items() if key not in (ENCODED, "offsets")}
+        lo, hi = int(batch["offsets"][a]), int(batch["offsets"][b])
+        part[ENCODED] = batch[ENCODED][lo:hi]
+        part["offsets"] = batch["offsets"][a : b + 1] - lo
+        parts.append(part)
+    sync = DaliEngine(pipeline, device, batch_size=8, key_of=dataset.key)
+    want = [sync(p, device) for p in parts]
+    engine = DaliEngine(pipeline, device, batch_size=8, key_of=dataset.key, prefetch=3)
+    if order == "pipelined":
+        handles = [engine.submit(p, device) for p in parts[:3]]
+        got = [engine.finish(h) for h in handles]
+        got.append(engine(parts[3], device))
+    else:
+        got = [engine(p, device) for p in parts]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    assert engine.produced == 4 and engine.rejected_batches == 0
+    timings = engine.timings()
+    assert timings["dali_feed_cpu_ms_per_batch"] > 0 and timings["dali_wait_ms_per_batch"] > 0
+    assert timings["dali_wait_cpu_ms_per_batch"] >= 0 and timings["rejected_batches"] == 0
+    engine.close()
 
 
 def test_a_forked_child_dropping_an_engine_does_not_hang(encoded):

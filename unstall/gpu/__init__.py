@@ -4,22 +4,26 @@ Used by ``unstall.DataLoader(..., device="cuda", prep="auto"|"gpu"|"hybrid")``: 
 fetch bytes and draw each sample's crop and flip (`split`); the GPU stage's engine
 (`engine`: DALI, or a batch decoder + `crop_flip_normalize`) prepares its share of every
 batch, the workers the rest, the share following both sides' measured rates
-(`controller`, `hybrid`). GPU libraries are optional (``pip install 'unstall[dali]'``
-or ``'unstall[gpu]'``) and imported only when used; everything also runs on the CPU.
+(`controller`, `hybrid`, timed with CUDA events). An engine that fails to build or run
+is replaced once, with one log line: DALI, then the torch engine, then the CPU workers
+(`fallback`). Every engine gives the CPU path's pixels: no EXIF rotation, the same
+chroma upsampling and antialiased resize. GPU libraries are optional (``pip install
+'unstall[dali]'``, ``'unstall[dali-cu12]'`` or ``'unstall[gpu]'``) and imported only
+when used; everything also runs on the CPU.
 """
 
 from unstall.gpu.augment import crop_flip_normalize, pad_batch, reference_crop_flip_normalize
 from unstall.gpu.decode import GpuDecoder, cpu_decoder, pick_decoder
-from unstall.gpu.engine import Engine, available_decoder, pick_engine
-from unstall.gpu.prep import EncodedView, GpuPrep, collate_encoded
+from unstall.gpu.engine import Engine, TorchEngine, available_decoder, pick_engine
+from unstall.gpu.fallback import EngineError, FallbackEngine
 
 __all__ = [
-    "EncodedView",
     "Engine",
+    "EngineError",
+    "FallbackEngine",
     "GpuDecoder",
-    "GpuPrep",
+    "TorchEngine",
     "available_decoder",
-    "collate_encoded",
     "cpu_decoder",
     "crop_flip_normalize",
     "pad_batch",

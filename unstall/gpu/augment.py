@@ -1,14 +1,14 @@
 """RandomResizedCrop + flip + normalize for a whole batch in a few kernels (any device).
 
-Per-image Python loops cost more than the GPU work itself (~3,500 img/s vs
-~15,000 for decode alone on an H100): here every image's crop box and flip
-become one row of an affine matrix, and one ``affine_grid`` + ``grid_sample``
-pass resizes many crops at once (one pass per size group, so memory stays bounded
-when image sizes vary, as in ImageNet). Sampling is bilinear at the same source
-positions as ``F.interpolate(crop, size, mode="bilinear", align_corners=False)``
-with coordinates clamped to the crop, so it equals that per-image reference up
-to float rounding; it does not antialias (the CPU path does), which matters
-only where a crop is shrunk by more than about 2x.
+Per-image Python loops cost more than the GPU work itself (DESIGN.md section 8): here
+every image's crop box and flip become two small weight matrices (rows: output
+pixels, columns: input pixels), and two batched matrix products resize many crops at
+once (one pass per size group, so memory stays bounded when image sizes vary, as in
+ImageNet). The weights are those of the CPU path's resize,
+``F.interpolate(crop, size, mode="bilinear", antialias=True, align_corners=False)``
+(PIL's triangle filter, widened by the scale when shrinking, renormalized at the
+edges), so the result equals that per-image reference up to float rounding; the CPU
+path rounds to uint8 (a quarter of a grey level on average).
 """
 
 from __future__ import annotations
@@ -157,38 +157,44 @@ def _resample_crops(
 def _resample(
     batch: torch.Tensor, boxes: torch.Tensor, flips: torch.Tensor, size: tuple[int, int]
 ) -> torch.Tensor:
-    """Bilinear crop-resize-flip of a padded batch in one ``grid_sample``: 0-255 floats.
+    """Antialiased bilinear crop-resize-flip of a padded batch: 0-255 floats.
 
-    The per-image parameters are computed on the CPU and sent in one small copy,
-    so the calling thread never waits for the device.
+    ``out = Wy @ image @ Wx^T`` per image and channel, the weights built on the device
+    from a few per-image numbers (sent in one small copy, so the thread never waits).
     """
-    n, _, in_h, in_w = batch.shape
-    left, top, w, h = boxes.to(dtype=torch.float64, device="cpu").unbind(1)
-    sign = 1.0 - 2.0 * flips.to(dtype=torch.float64, device="cpu")
-    # Normalized input x = a * output x + c maps output pixel centres onto the crop
-    # exactly as interpolate(align_corners=False) does; flipping negates a.
-    zero = torch.zeros_like(w)
-    theta = torch.stack(
-        (
-            sign * w / in_w,
-            zero,
-            (2 * left + w) / in_w - 1,
-            zero,
-            h / in_h,
-            (2 * top + h) / in_h - 1,
-        ),
-        1,
-    )
-    # Clamp to the crop's first/last pixel centres, as interpolate clamps to the crop's edge.
-    lo = torch.stack(((2 * left + 1) / in_w - 1, (2 * top + 1) / in_h - 1), 1)
-    hi = torch.stack(((2 * (left + w) - 1) / in_w - 1, (2 * (top + h) - 1) / in_h - 1), 1)
-    params = to_device(torch.cat((theta, lo, hi), 1).float(), batch.device)
-    theta, lo, hi = params[:, :6].view(n, 2, 3), params[:, 6:8], params[:, 8:]
+    in_h, in_w = batch.shape[-2:]
+    left, top, w, h = boxes.to(dtype=torch.float32, device="cpu").unbind(1)
+    params = torch.stack((left, top, w, h, flips.to(dtype=torch.float32, device="cpu")), 1)
+    left, top, w, h, flip = to_device(params, batch.device).unbind(1)
     out_h, out_w = size
-    grid = F.affine_grid(theta, [n, 3, out_h, out_w], align_corners=False)
-    grid = torch.maximum(torch.minimum(grid, hi.view(n, 1, 1, 2)), lo.view(n, 1, 1, 2))
+    rows = _weights(top, h, in_h, out_h, torch.zeros_like(flip))  # n x out_h x in_h
+    cols = _weights(left, w, in_w, out_w, flip)  # n x out_w x in_w
     src = batch.to(torch.float32)
-    return F.grid_sample(src, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    rows, cols_t = rows.unsqueeze(1), cols.transpose(1, 2).unsqueeze(1)
+    if in_h * in_w * out_w + out_h * in_h * out_w <= out_h * in_h * in_w + out_h * in_w * out_w:
+        return rows @ (src @ cols_t)  # columns first: the fewer multiply-adds
+    return (rows @ src) @ cols_t
+
+
+def _weights(
+    start: torch.Tensor, length: torch.Tensor, padded: int, out: int, flip: torch.Tensor
+) -> torch.Tensor:
+    """``n x out x padded`` resize weights along one axis for crops ``[start, start + length)``.
+
+    As torch's antialiased bilinear kernel: output ``i`` is centred at ``scale * (i + 0.5)``
+    in the crop (``scale = length / out``), input ``j`` weighs ``max(0, 1 - |d| / support)``
+    with ``d`` the distance of its centre and ``support = max(scale, 1)``; weights outside
+    the crop are dropped and each row renormalized. A flip reverses the output order.
+    """
+    scale = (length / out).view(-1, 1, 1)
+    support = scale.clamp(min=1.0)
+    i = torch.arange(out, dtype=torch.float32, device=start.device).view(1, -1, 1)
+    i = torch.where(flip.view(-1, 1, 1) > 0.5, out - 1 - i, i)
+    j = torch.arange(padded, dtype=torch.float32, device=start.device).view(1, 1, -1)
+    j = j - start.view(-1, 1, 1)  # input positions relative to the crop
+    weight = (1.0 - ((j + 0.5 - scale * (i + 0.5)).abs() / support)).clamp_(min=0.0)
+    weight = weight * ((j >= 0) & (j < length.view(-1, 1, 1)))
+    return weight / weight.sum(-1, keepdim=True).clamp_(min=1e-12)
 
 
 def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -207,14 +213,14 @@ def reference_crop_flip_normalize(
     mean: Sequence[float] = IMAGENET_MEAN,
     std: Sequence[float] = IMAGENET_STD,
 ) -> torch.Tensor:
-    """The per-image loop `crop_flip_normalize` replaces (for tests and comparisons)."""
+    """The per-image loop `crop_flip_normalize` replaces, the CPU path's resize (for tests)."""
     m = torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1)
     s = torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)
     out = []
     for im, box, flip in zip(images, boxes.tolist(), flips.tolist(), strict=True):
         left, top, w, h = (int(v) for v in box)
         crop = im[:, top : top + h, left : left + w].to(torch.float32).unsqueeze(0)
-        x = F.interpolate(crop, size=size, mode="bilinear", align_corners=False)[0]
+        x = F.interpolate(crop, size=size, mode="bilinear", antialias=True, align_corners=False)[0]
         if flip:
             x = x.flip(-1)
         out.append((x / 255.0 - m) / s)

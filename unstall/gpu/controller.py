@@ -106,6 +106,14 @@ class ShareController:
                 self._settle()
             return self.cpu_rows
 
+    def give_up_gpu(self, why: str) -> int:
+        """Every later sample on the CPU workers (the GPU stage has no engine left); why, logged
+        by the engine chain. Returns the new ``cpu_rows``."""
+        with self._lock:
+            self.mode, self.cpu_rows = "cpu", self.batch_size
+            self.why = why
+            return self.cpu_rows
+
     def _ideal(self) -> float | None:
         """Unclamped balanced ``k`` for a full batch, None until both sides are measured."""
         c, g, f = self._cpu.value, self._gpu.value, self._fixed.value or 0.0

@@ -10,21 +10,41 @@ JPEG engines with ``hw_decoder_load=1.0``, nvJPEG for the rest), ``resize``
 normalize, CHW) finish it. The calling thread only packs a few arrays per batch;
 DALI's threads run without the GIL and its kernels on its own streams in this
 process's CUDA context. Without a GPU (``device="cpu"``) the same graph runs on
-DALI's CPU backend, so CI tests this plumbing. ``pip install 'unstall[dali]'``.
+DALI's CPU backend, so CI tests this plumbing. ``pip install 'unstall[dali]'``
+(CUDA 13) or ``'unstall[dali-cu12]'`` (CUDA 12).
+
+Same pixels as the CPU path (`unstall.pipeline.decode`, libjpeg-turbo): EXIF
+orientation is *not* applied (``adjust_orientation=False``; the CPU path and the
+torch engine never rotate, and the crop boxes are drawn on the stored size),
+chroma is upsampled as libjpeg-turbo does (``jpeg_fancy_upsampling``), the IDCT
+is the accurate one, grey and CMYK files come out as RGB, and the resize is
+bilinear with antialiasing. One difference is left: the CPU path decodes at a
+1/2, 1/4 or 1/8 DCT scale where the crop is at least twice the output size, DALI
+at full size (1-2 grey levels apart on such crops).
+
+Pipelined: ``prefetch`` (>= 2) iterations are in flight, so `submit` can feed the
+next batch while DALI still prepares this one (`finish` takes them in order); the
+outputs are bound to the caller's CUDA stream, so the host never waits for the GPU.
+An engine failure (a pipeline that does not build, one that dies before its first
+batch, or on two batches in a row) raises `EngineError` for `FallbackEngine`; a
+batch DALI rejects now and then (one file it cannot decode) is prepared on the CPU.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 import weakref
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from unstall.errors import SampleError
+from unstall.gpu.fallback import EngineError, prepare_on_cpu
 from unstall.gpu.prep import ENCODED
 
 log = logging.getLogger("unstall")
@@ -45,6 +65,16 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+@dataclass
+class DaliHandle:
+    """A batch `DaliEngine.submit` fed: what `finish` needs to return or redo it."""
+
+    encoded: dict[str, torch.Tensor]
+    device: torch.device
+    n: int
+    generation: int
+
+
 class DaliEngine:
     """Prepares encoded batches with a DALI pipeline built on first use (see module doc).
 
@@ -54,12 +84,13 @@ class DaliEngine:
         batch_size: most samples one call prepares.
         key_of: sample index -> key, to name a sample neither DALI nor the CPU can decode.
         hw_decoder_load: share of each batch DALI sends to the hardware JPEG engines
-            (H100, A100); measured best at 1.0 on an H100 (DESIGN.md section 8).
+            (H100, A100); 1.0 as in DESIGN.md section 8 (not measured by unstall yet).
         num_threads: DALI's CPU threads (parsing, host-side decode work).
         fancy_upsampling: chroma upsampling as libjpeg-turbo's (the CPU path's) in the
-            ``mixed`` decoder too. Off by default, as in DALI and in the H100 runs of
-            DESIGN.md section 8 (whether it slows the hardware decoder is not measured
-            yet); the CPU backend upsamples that way regardless.
+            ``mixed`` decoder too (DALI's CPU backend upsamples that way regardless).
+            On by default, for the CPU path's pixels; whether it slows the hardware
+            decoder is for ``unstall bench train`` to measure on a GPU.
+        prefetch: DALI iterations in flight (``prefetch_queue_depth``), at least 2.
     """
 
     def __init__(
@@ -71,12 +102,15 @@ class DaliEngine:
         key_of: Callable[[int], str],
         hw_decoder_load: float = 1.0,
         num_threads: int | None = None,
-        fancy_upsampling: bool = False,
+        fancy_upsampling: bool = True,
+        prefetch: int = 2,
     ):
         import nvidia.dali  # type: ignore[import-not-found]  # fail early when missing
 
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be >= 1")
+        if prefetch < 2:
+            raise ValueError(f"prefetch={prefetch!r} must be >= 2 (batches in flight)")
         self.device = device
         self.cuda = device.type == "cuda"
         self.size = pipeline.size
@@ -85,42 +119,121 @@ class DaliEngine:
         self.key_of = key_of
         self.hw_decoder_load = hw_decoder_load
         self.fancy_upsampling = fancy_upsampling
+        self.prefetch = prefetch
         self.num_threads = num_threads or (4 if self.cuda else 1)
         where = "mixed: hardware JPEG decoder, else nvJPEG" if self.cuda else "CPU backend"
         self.name = f"DALI {nvidia.dali.__version__} ({where})"
-        self._pipeline = pipeline
+        self._float = _float_pipeline(pipeline)
         self._pipe: Any = None
-        self._inputs: list[np.ndarray] = []
+        self._generation = 0
+        self._fed: list[Any] = []  # fed before the first run (which starts `prefetch` at once)
+        self._queue: deque[tuple[bool, Any]] = deque()  # (real batch?, its inputs) per iteration
+        # no_copy: DALI may read a batch's bytes until `prefetch` iterations after it was fed
+        self._retired: deque[Any] = deque(maxlen=prefetch + 1)
+        self._started = False
+        self.produced = 0
         self.rejected_batches = 0
+        self._failed_in_row = 0
+        # this thread's CPU feeding DALI; wall time and CPU waiting for its outputs [s]
+        self.feed_cpu_s = self.wait_s = self.wait_cpu_s = 0.0
         _live.add(self)
 
     def __call__(self, encoded: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
-        offsets = encoded["offsets"].numpy()
-        n = len(offsets) - 1
+        return self.finish(self.submit(encoded, device))
+
+    def submit(self, encoded: dict[str, torch.Tensor], device: torch.device) -> DaliHandle:
+        """Feed one encoded batch and let DALI start on it; `finish` returns its images."""
+        c0 = time.thread_time()
+        n = len(encoded["offsets"]) - 1
         if n > self.batch_size:
             raise ValueError(
                 f"{n} encoded samples exceed this engine's batch_size={self.batch_size}"
             )
         pipe = self._pipe if self._pipe is not None else self._build()
-        boxes = encoded["boxes"].numpy().astype(np.float32)
-        # no_copy: DALI reads the batch's own memory; kept referenced until the next call
-        self._inputs = np.split(encoded[ENCODED].numpy(), offsets[1:-1])
-        pipe.feed_input("jpegs", self._inputs)
-        pipe.feed_input("anchor", np.ascontiguousarray(boxes[:, :2]))  # (x, y)
-        pipe.feed_input("shape", np.ascontiguousarray(boxes[:, 2:]))  # (width, height)
-        pipe.feed_input("mirror", encoded["flips"].numpy().astype(np.int32))
+        inputs = _inputs(encoded)
         try:
-            (out,) = pipe.run()
-        except RuntimeError as exc:  # one image DALI cannot decode fails the whole batch
-            return self._on_cpu(encoded, device, exc)
-        return self._to_torch(out, n, device)
+            _feed(pipe, inputs)
+            if self._started:
+                pipe.schedule_run()
+                self._queue.append((True, inputs))
+            else:
+                self._fed.append(inputs)
+                if len(self._fed) >= self.prefetch:
+                    self._start(pipe)
+        except Exception as exc:  # feeding or scheduling broke the pipeline: the engine's own
+            self._drop()
+            raise EngineError(f"{self.name} failed to run") from exc
+        self.feed_cpu_s += time.thread_time() - c0
+        return DaliHandle(encoded, device, n, self._generation)
+
+    def finish(self, handle: DaliHandle) -> torch.Tensor:
+        """The images of ``handle``'s batch (batches are finished in the order submitted)."""
+        if handle.generation != self._generation:  # its pipeline failed since: run it anew
+            return self(handle.encoded, handle.device)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        pipe = self._pipe
+        try:
+            if not self._started:  # fewer batches than `prefetch` so far
+                self._start(pipe)
+            while not self._queue[0][0]:  # padding iterations of the first run
+                self._retired.append(self._queue.popleft()[1])
+                pipe.outputs()
+            self._retired.append(self._queue.popleft()[1])
+            stream = torch.cuda.current_stream(handle.device) if self.cuda else None
+            (out,) = pipe.outputs(cuda_stream=stream)
+            images = self._to_torch(out, handle.n, handle.device, stream)
+        except Exception as exc:  # one image DALI cannot decode fails (and ends) the pipeline
+            return self._rejected(handle, exc)
+        finally:
+            self.wait_s += time.perf_counter() - t0
+            self.wait_cpu_s += time.thread_time() - c0
+        self.produced += 1
+        self._failed_in_row = 0
+        return images
+
+    def timings(self) -> dict[str, float]:
+        """Per batch [Unit: ms]: the calling thread's CPU feeding DALI (``dali_feed_cpu``), the
+        wall time and CPU it waited for DALI's outputs (``dali_wait``, ``dali_wait_cpu``); and
+        the batches DALI rejected (prepared on the CPU)."""
+        batches = max(1, self.produced + self.rejected_batches)
+        return {
+            "dali_feed_cpu_ms_per_batch": round(1e3 * self.feed_cpu_s / batches, 3),
+            "dali_wait_ms_per_batch": round(1e3 * self.wait_s / batches, 3),
+            "dali_wait_cpu_ms_per_batch": round(1e3 * self.wait_cpu_s / batches, 3),
+            "rejected_batches": self.rejected_batches,
+        }
 
     def close(self) -> None:
         """Drop the DALI pipeline (its threads and device buffers go with it)."""
+        self._drop()
+
+    def _drop(self) -> None:
         self._pipe = None
-        self._inputs = []
+        self._generation += 1
+        self._fed, self._started = [], False
+        self._queue.clear()
+        self._retired.clear()
+
+    def _start(self, pipe: Any) -> None:
+        """DALI's first run starts `prefetch` iterations: pad with copies of the last batch."""
+        padding = self.prefetch - len(self._fed)
+        for _ in range(padding):
+            _feed(pipe, self._fed[-1])
+        pipe.schedule_run()
+        self._queue.extend((True, inputs) for inputs in self._fed)
+        self._queue.extend((False, self._fed[-1]) for _ in range(padding))
+        self._fed, self._started = [], True
 
     def _build(self) -> Any:
+        try:
+            self._pipe = self._graph()
+            self._pipe.build()
+        except Exception as exc:  # CUDA/driver/library mismatch: the engine cannot work here
+            self._pipe = None
+            raise EngineError(f"{self.name}: its pipeline did not build") from exc
+        return self._pipe
+
+    def _graph(self) -> Any:
         from nvidia.dali import fn, pipeline_def, types  # type: ignore[import-not-found]
 
         decode_on = "mixed" if self.cuda else "cpu"
@@ -134,7 +247,7 @@ class DaliEngine:
             num_threads=self.num_threads,
             device_id=(self.device.index or 0) if self.cuda else None,
             exec_dynamic=True,
-            prefetch_queue_depth=1,
+            prefetch_queue_depth=self.prefetch,
         )
         def graph() -> Any:
             jpegs = fn.external_source(name="jpegs", dtype=types.UINT8, ndim=1, no_copy=True)
@@ -148,8 +261,11 @@ class DaliEngine:
                 device=decode_on,
                 normalized_anchor=False,
                 normalized_shape=False,
-                output_type=types.RGB,
+                output_type=types.RGB,  # grey and CMYK files too, as the CPU path
+                dtype=types.UINT8,
+                adjust_orientation=False,  # the CPU path never rotates: boxes fit the stored size
                 jpeg_fancy_upsampling=self.fancy_upsampling,
+                use_fast_idct=False,  # the accurate IDCT, as simplejpeg's default
                 **hints,
             )
             images = fn.resize(
@@ -163,53 +279,61 @@ class DaliEngine:
                 images, mirror=mirror, mean=mean, std=std, dtype=types.FLOAT, output_layout="CHW"
             )
 
-        self._pipe = graph()
-        self._pipe.build()
-        return self._pipe
+        return graph()
 
-    def _to_torch(self, out: Any, n: int, device: torch.device) -> torch.Tensor:
+    def _to_torch(self, out: Any, n: int, device: torch.device, stream: Any) -> torch.Tensor:
         if not self.cuda:
             return torch.from_numpy(np.array(out.as_array())).to(device)
         from nvidia.dali.plugin.pytorch import feed_ndarray  # type: ignore[import-not-found]
 
         images = torch.empty((n, 3, *self.size), dtype=torch.float32, device=device)
-        feed_ndarray(out.as_tensor(), images, cuda_stream=torch.cuda.current_stream(device))
+        feed_ndarray(out.as_tensor(), images, cuda_stream=stream)
         return images
 
-    def _on_cpu(
-        self, encoded: dict[str, torch.Tensor], device: torch.device, exc: Exception
-    ) -> torch.Tensor:
-        """The batch DALI rejected, prepared on this thread's CPU; a sample neither decodes
-        is named in a `SampleError`. Rare: the workers send CMYK and non-JPEG files to the
-        CPU side already."""
+    def _rejected(self, handle: DaliHandle, exc: Exception) -> torch.Tensor:
+        """A batch DALI failed on: the pipeline is gone (rebuilt on the next batch). Before
+        any batch worked, or twice in a row, the engine is at fault (`EngineError`); else
+        the batch is prepared on this thread's CPU, or a sample neither decodes is named."""
+        self._drop()
+        self._failed_in_row += 1
+        if self.produced == 0 or self._failed_in_row >= 2:
+            raise EngineError(f"{self.name} failed to run") from exc
         self.rejected_batches += 1
-        float_pipe = self._float_pipeline()
-        data, bounds = encoded[ENCODED].numpy(), encoded["offsets"].tolist()
-        boxes, flips = encoded["boxes"].tolist(), encoded["flips"].tolist()
-        out = []
-        for i, index in enumerate(encoded["indices"].tolist()):
-            raw = data[bounds[i] : bounds[i + 1]].tobytes()
-            try:
-                out.append(float_pipe.apply(raw, tuple(boxes[i]), flip=bool(flips[i])))
-            except Exception as err:
-                key = self.key_of(index)
-                raise SampleError(
-                    f"cannot decode sample {index} (key {key!r}) with {self.name} or on the CPU: "
-                    f"{type(err).__name__}: {err}",
-                    index=index,
-                    key=key,
-                ) from exc
+        images = prepare_on_cpu(
+            self._float, handle.encoded, handle.device, self.key_of, self.name, exc
+        )
         log.warning(
             "%s rejected a batch of %d (%s): prepared it on the CPU",
             self.name,
-            len(out),
+            handle.n,
             str(exc).splitlines()[0][:120],
         )
-        return torch.stack(out).to(device)
+        return images
 
-    def _float_pipeline(self) -> Any:
-        import copy
 
-        pipe = copy.copy(self._pipeline)
-        pipe.output = "float"
-        return pipe
+def _inputs(encoded: dict[str, torch.Tensor]) -> tuple[Any, ...]:
+    """The arrays fed for one batch; referenced until DALI's output for it is taken (no_copy)."""
+    offsets = encoded["offsets"].numpy()
+    boxes = encoded["boxes"].numpy().astype(np.float32)
+    return (
+        np.split(encoded[ENCODED].numpy(), offsets[1:-1]),
+        np.ascontiguousarray(boxes[:, :2]),  # anchor (x, y)
+        np.ascontiguousarray(boxes[:, 2:]),  # shape (width, height)
+        encoded["flips"].numpy().astype(np.int32),
+    )
+
+
+def _feed(pipe: Any, inputs: tuple[Any, ...]) -> None:
+    jpegs, anchor, shape, mirror = inputs
+    pipe.feed_input("jpegs", jpegs)
+    pipe.feed_input("anchor", anchor)
+    pipe.feed_input("shape", shape)
+    pipe.feed_input("mirror", mirror)
+
+
+def _float_pipeline(pipeline: Any) -> Any:
+    import copy
+
+    pipe = copy.copy(pipeline)
+    pipe.output = "float"
+    return pipe

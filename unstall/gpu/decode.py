@@ -6,11 +6,18 @@ img/s without using the SMs; else nvJPEG hybrid), then torchvision's
 ``decode_jpeg(device="cuda")`` (nvJPEG, ~15,000 img/s decode only on an H100,
 deprecated upstream). Figures are from DESIGN.md section 8; not measured here.
 Images a backend rejects (CMYK, some progressive or corrupt files) come back as
-None and are decoded on the CPU by the caller.
+None and are decoded on the CPU by the caller. No backend applies EXIF orientation
+(the CPU path never does; crop boxes are drawn on the stored size).
+
+`fastest_decoder` chooses among the importable backends on a CUDA device by
+decoding the same small synthetic batch with each (and on one CPU core with
+unstall's decoder): the fastest is used, or none when it is not faster than one
+CPU core; the rates measured are said in the loader's log line.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,13 +43,68 @@ def pick_decoder(why_not: list[str] | None = None) -> GpuDecoder | None:
     Each backend that cannot be used appends ``"name: reason"`` to ``why_not``, so
     the one log line of the fallback can say what was missing.
     """
-    for name, make in (("nvImageCodec", _nvimgcodec), ("torchvision", _torchvision)):
+    for name, make in BACKENDS:
         try:
             return make()
         except Exception as exc:  # missing or broken optional library: try the next
             if why_not is not None:
                 why_not.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]}")
     return None
+
+
+_measured: dict[str, tuple[GpuDecoder | None, str]] = {}
+
+
+def fastest_decoder(device: torch.device, *, images: int = 32) -> tuple[GpuDecoder | None, str]:
+    """The importable GPU decoder that decodes a synthetic batch fastest on ``device``, and why.
+
+    Each backend decodes ``images`` copies of one 500 x 375 JPEG (quality 90, the
+    demo dataset's kind) once to warm up, then once timed (the device synchronized);
+    unstall's CPU decoder decodes them on this thread. None, with the reason, when no
+    GPU backend works or the fastest is not faster than one CPU core (then the CPU
+    workers prepare everything). Measured once per device per process.
+    """
+    key = str(device)
+    if key not in _measured:
+        _measured[key] = _measure(device, images)
+    return _measured[key]
+
+
+def _measure(device: torch.device, images: int) -> tuple[GpuDecoder | None, str]:
+    from unstall.data.synthetic import render_image
+
+    jpeg = torch.from_numpy(np.frombuffer(render_image(0, 0, classes=1), np.uint8).copy())
+    batch = [jpeg] * images
+    stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+    rates: list[tuple[float, GpuDecoder]] = []
+    said: list[str] = []
+    for name, make in (*BACKENDS, ("cpu", cpu_decoder)):
+        try:
+            decoder = make()
+            decoder.decode(batch[:2], device, stream)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            out = decoder.decode(batch, device if name != "cpu" else torch.device("cpu"), stream)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if any(im is None for im in out):
+                raise ValueError("rejected the test JPEG")
+            rate = images / max(time.perf_counter() - t0, 1e-9)
+        except Exception as exc:  # missing, broken, or no device: not a candidate
+            said.append(f"{name}: {type(exc).__name__}: {str(exc)[:120]}")
+            continue
+        rates.append((rate, decoder))
+        said.append(f"{decoder.name} {rate:,.0f} img/s")
+    cpu = next((r for r, d in rates if d.name.startswith("cpu")), 0.0)
+    gpu = [(r, d) for r, d in rates if not d.name.startswith("cpu")]
+    table = ", ".join(said)
+    if not gpu:
+        return None, f"no GPU JPEG decoder works here ({table})"
+    rate, best = max(gpu, key=lambda x: x[0])
+    if rate <= cpu:
+        return None, f"no GPU decoder beats one CPU core ({table})"
+    return best, f"{best.name}: measured fastest ({table})"
 
 
 def cpu_decoder() -> GpuDecoder:
@@ -134,3 +196,10 @@ def _torchvision() -> GpuDecoder:
             return out
 
     return GpuDecoder("torchvision nvJPEG", decode)
+
+
+#: GPU backends in order of preference: (name, maker).
+BACKENDS: tuple[tuple[str, Callable[[], GpuDecoder]], ...] = (
+    ("nvImageCodec", _nvimgcodec),
+    ("torchvision", _torchvision),
+)

@@ -7,21 +7,28 @@ batch. Two engines: `DaliEngine` (NVIDIA DALI: native threads without the GIL,
 its own CUDA streams in this process's context, the hardware JPEG decoder where
 the GPU has one; its CPU backend without a GPU) and `TorchEngine` (a batch
 decoder, nvImageCodec, torchvision's nvJPEG or unstall's CPU decoder, then
-`crop_flip_normalize`). `pick_engine` chooses; `available_decoder` names the best
-importable one for `unstall analyze`.
+`crop_flip_normalize`). `pick_engine` chooses and chains them in a
+`FallbackEngine` (DALI, then the torch engine, then the CPU workers), so an engine
+that fails to build or run is replaced once, with one log line; `available_decoder`
+names the best one for the loader's ``prep="auto"`` and for `unstall analyze`.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
 
-from unstall.gpu.decode import GpuDecoder, cpu_decoder, pick_decoder
-from unstall.gpu.prep import GpuPrep
+from unstall.errors import SampleError
+from unstall.gpu.augment import box_inside, crop_flip_normalize
+from unstall.gpu.decode import GpuDecoder, cpu_decoder, fastest_decoder
+from unstall.gpu.fallback import CpuEngine, EngineError, FallbackEngine
+from unstall.gpu.prep import ENCODED
+from unstall.pipeline.decode import decode_jpeg
 
 #: Environment variable naming the engine to use (``dali`` or ``torch``); unset: best available.
 ENGINE_ENV = "UNSTALL_PREP_ENGINE"
@@ -39,17 +46,63 @@ class Engine(Protocol):
 
 
 class TorchEngine:
-    """A batch JPEG decoder, then one batched crop/flip/resize/normalize (`GpuPrep`)."""
+    """A batch JPEG decoder, then one batched crop/flip/resize/normalize.
+
+    Images the decoder rejects (or returns in a size that does not hold the crop box)
+    are decoded on the CPU; if that fails too, a `SampleError` names the index and key.
+    A failure of the engine itself (e.g. a CUDA error) raises `EngineError`.
+    """
 
     def __init__(self, pipeline: Any, decoder: GpuDecoder, *, key_of: Callable[[int], str]):
         self.name = decoder.name
-        self._prep = GpuPrep(pipeline, decoder, key_of=key_of)
+        self.size = pipeline.size
+        self.mean, self.std = pipeline.mean, pipeline.std
+        self.decoder = decoder
+        self.key_of = key_of
 
     def __call__(self, encoded: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
-        return self._prep.images(encoded, device)
+        try:
+            return self.images(encoded, device)
+        except SampleError:
+            raise
+        except RuntimeError as exc:  # CUDA and library errors: the engine's, not a sample's
+            raise EngineError(f"{self.name} failed to run") from exc
+
+    def images(self, encoded: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
+        """The batch's images, normalized float32 on ``device``."""
+        data, bounds = encoded[ENCODED], encoded["offsets"].tolist()
+        jpegs = [data[a:b] for a, b in itertools.pairwise(bounds)]
+        stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+        decoded = self.decoder.decode(jpegs, device, stream)
+        indices, boxes = encoded["indices"].tolist(), encoded["boxes"].tolist()
+        images = [
+            im if _holds(im, boxes[i]) else self._on_cpu(jpegs[i], indices[i], device)
+            for i, im in enumerate(decoded)
+        ]
+        return crop_flip_normalize(
+            images, encoded["boxes"], encoded["flips"], self.size, mean=self.mean, std=self.std
+        )
 
     def close(self) -> None:
         """Nothing held beyond memory."""
+
+    def _on_cpu(self, jpeg: torch.Tensor, index: int, device: torch.device) -> torch.Tensor:
+        try:
+            image = decode_jpeg(jpeg.numpy().tobytes())
+        except ValueError as exc:
+            key = self.key_of(index)
+            raise SampleError(
+                f"cannot decode sample {index} (key {key!r}) with {self.decoder.name} "
+                f"or on the CPU: {exc}",
+                index=index,
+                key=key,
+            ) from exc
+        return torch.from_numpy(image).permute(2, 0, 1).to(device)
+
+
+def _holds(image: torch.Tensor | None, box: list[int]) -> bool:
+    """Whether a decoded image holds its crop box (a decoder that rotated it would not)."""
+    return image is not None and box_inside(box, image.shape[-2], image.shape[-1])
 
 
 def dali_importable() -> bool:
@@ -60,16 +113,24 @@ def dali_importable() -> bool:
         return False
 
 
-def available_decoder() -> str | None:
-    """The GPU decoder GPU prep would use here, by name, or None if none is importable.
+def available_decoder(*, device: torch.device | None = None) -> str | None:
+    """The GPU decoder GPU prep would use here, by name, or None if none is usable.
 
-    Checks imports only (DALI, then nvImageCodec, then torchvision's nvJPEG); whether a
-    CUDA device is present is the caller's question (``torch.cuda.is_available()``).
+    DALI if importable. Otherwise, on a CUDA ``device`` (default: the current CUDA
+    device where CUDA is available): the batch decoder measured fastest there
+    (`fastest_decoder`), or None when none works or none beats one CPU core (then
+    prepare on the CPU workers; `decoder_choice` says why). Without CUDA: the first
+    importable of nvImageCodec and torchvision, by imports only.
     """
     if dali_importable():
         import nvidia.dali  # type: ignore[import-not-found]
 
         return f"DALI {nvidia.dali.__version__} (mixed: hardware JPEG decoder, else nvJPEG)"
+    if device is None and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device is not None and device.type == "cuda":
+        decoder, _ = fastest_decoder(device)
+        return None if decoder is None else decoder.name
     for module, name in (("nvidia.nvimgcodec", "nvImageCodec"), ("torchvision.io", "torchvision")):
         try:
             if importlib.util.find_spec(module) is not None:
@@ -77,6 +138,16 @@ def available_decoder() -> str | None:
         except (ImportError, ValueError):
             continue
     return None
+
+
+def decoder_choice(device: torch.device) -> str:
+    """Why `available_decoder` chose what it did on ``device``, for the loader's log line
+    (e.g. ``"no GPU decoder beats one CPU core (nvImageCodec 900 img/s, ...)"``)."""
+    if dali_importable():
+        return "DALI is installed"
+    if device.type != "cuda":
+        return "no CUDA device: unstall's CPU decoder"
+    return fastest_decoder(device)[1]
 
 
 def pick_engine(
@@ -87,24 +158,40 @@ def pick_engine(
     batch_size: int,
     why_not: list[str] | None = None,
 ) -> Engine:
-    """The engine for ``device``: DALI if importable, else a batch decoder + `crop_flip_normalize`.
+    """The engine for ``device``, in a `FallbackEngine`: DALI if importable, else the torch engine.
 
-    On a CPU device (CI, tests) DALI runs its CPU backend and the torch engine decodes
-    with unstall's CPU decoder. ``UNSTALL_PREP_ENGINE=dali|torch`` forces one. Each engine
-    that cannot be used appends ``"name: reason"`` to ``why_not``.
+    On CUDA the torch engine decodes with the batch decoder measured fastest
+    (`fastest_decoder`; unstall's CPU decoder when none works); on a CPU device (CI,
+    tests) DALI runs its CPU backend and the torch engine decodes with unstall's CPU
+    decoder. Should the engine fail to build or run, the torch engine, then the CPU
+    workers take over. ``UNSTALL_PREP_ENGINE=dali|torch`` forces the first engine.
+    Each engine that cannot be used appends ``"name: reason"`` to ``why_not``.
     """
     why_not = [] if why_not is None else why_not
     forced = os.environ.get(ENGINE_ENV, "").strip().lower() or None
     if forced is not None and forced not in ENGINES:
         raise ValueError(f"{ENGINE_ENV}={forced!r} must be one of {ENGINES} or unset")
+
+    def torch_engine(*, after_failure: bool = False) -> TorchEngine:
+        decoder = None
+        if device.type == "cuda":
+            decoder, why = fastest_decoder(device)
+            if decoder is None and after_failure:  # the CPU workers do better than this thread
+                raise RuntimeError(why)
+            if decoder is None:
+                why_not.append(why)
+        return TorchEngine(pipeline, decoder or cpu_decoder(), key_of=key_of)
+
+    last = CpuEngine(pipeline, key_of)
     if forced in (None, "dali"):
         try:
             from unstall.gpu.dali import DaliEngine
 
-            return DaliEngine(pipeline, device, batch_size=batch_size, key_of=key_of)
+            dali = DaliEngine(pipeline, device, batch_size=batch_size, key_of=key_of)
+            rest = [("torch engine", lambda: torch_engine(after_failure=True))]
+            return FallbackEngine(dali, rest, last)
         except Exception as exc:  # missing or broken optional library: the next engine
             if forced == "dali":
                 raise
             why_not.append(f"DALI: {type(exc).__name__}: {str(exc)[:200]}")
-    decoder = pick_decoder(why_not) if device.type == "cuda" else None
-    return TorchEngine(pipeline, decoder or cpu_decoder(), key_of=key_of)
+    return FallbackEngine(torch_engine(), [], last)

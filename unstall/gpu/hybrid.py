@@ -5,11 +5,22 @@ and the encoded rest. `HybridPrep` (the `DeviceStage`'s prep, run on its thread 
 batch ahead) sends the rest to the engine, normalizes the lean rows on the device,
 puts every row back at its place in the batch, and tells the `ShareController`
 what each side took, so the next batches' split follows the measured rates.
+
+The GPU side's time is the device's: on CUDA, events recorded on the stream around
+the engine's work (its kernels and DALI's run asynchronously, so the host clock
+would under-count them), read once they have completed, without waiting; the
+batch's cost is the larger of that and the host time the engine held this thread,
+and with batches in flight it is counted from the previous batch's end, not twice.
+On a CPU device the host clock is the engine's time. ``submit``/``finish`` let a
+caller feed the next batch before taking this one (DALI then overlaps them);
+calling the prep does both at once.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,6 +28,32 @@ import torch
 from unstall.gpu.controller import ShareController
 from unstall.gpu.engine import Engine
 from unstall.gpu.split import CPU_ROWS, LEAN, TIMES, gpu_rows, split_sizes
+
+
+@dataclass
+class _Batch:
+    """A submitted batch: what `HybridPrep.finish` needs, and its timing so far."""
+
+    batch: Any
+    device: torch.device
+    n: int
+    k: int
+    started: Any  # the engine's handle, or None
+    start: Any  # CUDA event before the engine's work, or None
+    host_s: float
+
+
+@dataclass
+class _Timed:
+    """A finished batch whose device time is read once its end event has completed."""
+
+    n: int
+    k: int
+    times: tuple[float, float]
+    host_s: float
+    start: Any = None
+    end: Any = None
+    previous_end: Any = None
 
 
 class HybridPrep:
@@ -35,23 +72,54 @@ class HybridPrep:
         self.engine = engine
         self.controller = controller
         self.cpu_rows = cpu_rows
-        self.engine_s = 0.0
+        self.engine_s = 0.0  # the GPU side's time, as the controller saw it
+        self.engine_host_s = 0.0  # of which the host held the prep thread
+        self.engine_batches = 0
+        self._timed: deque[_Timed] = deque()
+        self._last_end: Any = None
 
     def __call__(self, batch: Any, device: torch.device) -> Any:
+        return self.finish(self.submit(batch, device))
+
+    def submit(self, batch: Any, device: torch.device) -> _Batch:
+        """Start the batch's engine rows (fed to DALI now); `finish` returns the batch."""
+        split = batch[0] if type(batch) is list else batch
+        n, k = split_sizes(split)
+        started = start = None
+        host_s = 0.0
+        if n - k > 0:
+            start = _event(device)
+            t0 = time.perf_counter()
+            submit = getattr(self.engine, "submit", None)
+            started = submit(split, device) if submit is not None else None
+            host_s = time.perf_counter() - t0
+        return _Batch(batch, device, n, k, started, start, host_s)
+
+    def finish(self, handle: _Batch) -> Any:
+        """The batch `submit` started, on the device (batches finish in submission order)."""
+        batch, device = handle.batch, handle.device
         if type(batch) is list:
-            return [self.images(batch[0], device), *(_to(x, device) for x in batch[1:])]
-        return self.images(batch, device)
+            return [self._images(handle), *(_to(x, device) for x in batch[1:])]
+        return self._images(handle)
 
     def images(self, split: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
-        """The batch's images in order, normalized float32 on ``device``."""
-        n, k = split_sizes(split)
-        gpu_s = 0.0
+        """The split batch's images in order, normalized float32 on ``device``."""
+        return self.finish(self.submit(split, device))
+
+    def _images(self, handle: _Batch) -> torch.Tensor:
+        split = handle.batch[0] if type(handle.batch) is list else handle.batch
+        device, n, k = handle.device, handle.n, handle.k
         out: torch.Tensor | None = None
+        timed = _Timed(n, k, tuple(float(x) for x in split[TIMES].tolist()), handle.host_s)
         if n - k > 0:
             t0 = time.perf_counter()
-            out = self.engine(split, device)
-            gpu_s = time.perf_counter() - t0
-            self.engine_s += gpu_s
+            if handle.started is not None:
+                out = self.engine.finish(handle.started)  # type: ignore[attr-defined]
+            else:
+                out = self.engine(split, device)
+            timed.host_s += time.perf_counter() - t0
+            timed.start, timed.end = handle.start, _event(device)
+            timed.previous_end, self._last_end = self._last_end, timed.end
         if k > 0:
             lean = self._normalize(split[LEAN], device)
             if out is None:
@@ -62,10 +130,30 @@ class HybridPrep:
                 whole.index_copy_(0, _index(torch.from_numpy(gpu_rows(split)), device), out)
                 out = whole
         assert out is not None  # n >= 1: one side had rows
-        fixed_s, cpu_s = (float(x) for x in split[TIMES].tolist())
-        rows = self.controller.observe(n, k, fixed_s, cpu_s, gpu_s)
-        self.cpu_rows.value = rows
+        self._timed.append(timed)
+        self._observe()
+        if getattr(self.engine, "cpu_only", False) and self.controller.mode != "cpu":
+            self.controller.give_up_gpu(f"every GPU engine failed ({_failures(self.engine)})")
+            self.cpu_rows.value = self.controller.cpu_rows
         return out
+
+    def _observe(self) -> None:
+        """Tell the controller about every batch whose device time is known, in order."""
+        while self._timed and (self._timed[0].end is None or self._timed[0].end.query()):
+            t = self._timed.popleft()
+            gpu_s = t.host_s
+            if t.end is not None and t.start is not None:
+                device_s = t.start.elapsed_time(t.end) / 1e3
+                if t.previous_end is not None:  # batches in flight: count from the last one's end
+                    since = t.previous_end.elapsed_time(t.end) / 1e3
+                    device_s = min(device_s, since) if since > 0 else device_s
+                gpu_s = max(gpu_s, device_s)
+            if t.n - t.k > 0:
+                self.engine_s += gpu_s
+                self.engine_host_s += t.host_s
+                self.engine_batches += 1
+            rows = self.controller.observe(t.n, t.k, *t.times, gpu_s if t.n > t.k else 0.0)
+            self.cpu_rows.value = rows
 
     def _normalize(self, lean: torch.Tensor, device: torch.device) -> torch.Tensor:
         from unstall.pipeline import normalize_batch
@@ -74,15 +162,39 @@ class HybridPrep:
 
     def stats(self) -> dict[str, Any]:
         """The ``prep`` section of ``loader.stats()``: which side ran what, why, with what."""
-        return {
+        batches = max(1, self.engine_batches)
+        out = {
             **self.controller.summary(),
             "engine": self.engine.name,
             "engine_s": round(self.engine_s, 6),
+            "engine_ms_per_batch": round(1e3 * self.engine_s / batches, 3),
+            "engine_host_ms_per_batch": round(1e3 * self.engine_host_s / batches, 3),
+            "engine_clock": "cuda events" if self._last_end is not None else "host",
         }
+        timings = getattr(self.engine, "timings", None)
+        out.update(timings() if timings is not None else {})
+        failures = getattr(self.engine, "failures", None)
+        if failures:
+            out["engine_failures"] = list(failures)
+        return out
 
     def close(self) -> None:
         """Release the engine (DALI's threads and buffers)."""
+        self._timed.clear()
         self.engine.close()
+
+
+def _event(device: torch.device) -> Any:
+    """A timing event recorded now on ``device``'s current stream; None on a CPU device."""
+    if device.type != "cuda":
+        return None
+    event = torch.cuda.Event(enable_timing=True)
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
+def _failures(engine: Any) -> str:
+    return "; ".join(getattr(engine, "failures", [])) or "no reason recorded"
 
 
 def _index(rows: torch.Tensor, device: torch.device) -> torch.Tensor:
