@@ -19,7 +19,7 @@ from unstall.gpu.augment import (
 )
 from unstall.gpu.decode import GpuDecoder, cpu_decoder
 from unstall.gpu.prep import ENCODED, EncodedView, GpuPrep, collate_encoded
-from unstall.loader.slots import leftover_slots
+from unstall.loader.handoff import leftover_slots
 from unstall.pipeline import ImagePipeline, decode_jpeg
 from unstall.stores import LocalStore
 
@@ -277,8 +277,9 @@ def test_nvimgcodec_decodes_like_the_cpu_decoder(jpeg_dir):
 @pytest.fixture
 def gpu_prep_on_cpu(monkeypatch):
     """Make ``prep="gpu"`` run GPU prep's loader path on the CPU, with the CPU decoder."""
-    import unstall.loader.build as module
     from unstall.loader.on_device import gpu_prep_parts, plan_prep, standard_pipeline
+
+    import unstall.loader.build as module
 
     def plan(prep, dataset, device, collate_fn, **kw):
         if prep != "gpu":

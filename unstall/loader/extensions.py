@@ -1,8 +1,10 @@
-"""Loader options served by packages above the loader (``coordinate=``): a small registry.
+"""Loader options served by packages above the loader: a small registry.
 
-The loader builds its machinery without importing the layers above it: a package that
-serves an option registers its factory here when it is imported, and the loader imports
-the package named for an option only when a loader asks for that option.
+The loader builds its machinery without importing the layers above it: a plug-in module
+registers the factory serving an option here when it is imported, and the loader imports
+the module named for an option only when a loader asks for that option. Two are served:
+``coordinate=`` (`unstall.coordination.plugin`: the group a loader joins) and the GPU
+stage of ``prep=`` (`unstall.gpu.plugin`: its parts for the workers and the device).
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 _factories: dict[str, Callable[..., Any]] = {}
-#: The package that registers each option's factory when it is imported.
-PROVIDERS = {"coordinate": "unstall.coordination"}
+#: The module that registers each option's factory when it is imported.
+PROVIDERS = {"coordinate": "unstall.coordination.plugin", "prep": "unstall.gpu.plugin"}
 
 
 def register(name: str, factory: Callable[..., Any]) -> None:
-    """Serve loader option ``name`` with ``factory`` (called by the providing package)."""
+    """Serve loader option ``name`` with ``factory`` (called by the plug-in module)."""
     _factories[name] = factory
 
 
