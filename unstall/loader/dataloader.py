@@ -277,7 +277,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
     # Resume --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The loader's position as JSON-safe values: where the next batch would come from
-        (with torch's order, also what the running epoch drew: see `unstall.loader.resume`)."""
+        (with torch's order, also what the running epoch drew: see `unstall.loader.position`)."""
         self._need_map_style("state_dict")
         torch_rule = self.order is not None and self.order.rule == "torch"
         return self._position.state_dict(
