@@ -41,7 +41,7 @@ class Machinery:
     worker_seeds: torch.Generator | None
     torch_loader: Any
     stats_sources: list[Callable[[], dict[str, Any]]]
-    coordination: Any = None  # issue 18: unstall.coordination.Coordination, or None
+    coordination: extensions.Member | None = None  # issue 18: unstall.coordination
 
 
 def build_machinery(owner: Any, dataset: Any, s: LoaderSettings) -> Machinery:
@@ -83,7 +83,7 @@ def build_machinery(owner: Any, dataset: Any, s: LoaderSettings) -> Machinery:
     if callable(getattr(gpu_prep, "close", None)):
         weakref.finalize(owner, gpu_prep.close)  # e.g. DALI's threads and device buffers
     pin_memory, zero_copy = s.pin_memory, s.zero_copy
-    coordination = None
+    coordination: extensions.Member | None = None
     if s.coordinate:  # issue 18: published batches are mapped, not sent through slots
         coordination = extensions.get("coordinate")(s.coordinate, dataset, order, prep)
         weakref.finalize(owner, coordination.close)
