@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from unstall.loader.config import load_overrides
+from unstall.loader.settings import load_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ from unstall.gpu.augment import (
 from unstall.gpu.decode import GpuDecoder, cpu_decoder
 from unstall.gpu.engine import ENGINE_ENV, TorchEngine
 from unstall.gpu.prep import ENCODED, EncodedImage, _encode, draw
-from unstall.loader.slots import leftover_slots
+from unstall.loader.handoff import leftover_slots
 from unstall.pipeline import ImagePipeline, decode_jpeg
 from unstall.stores import LocalStore
 

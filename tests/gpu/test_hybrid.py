@@ -23,7 +23,7 @@ import unstall
 from tests.conftest import check_resume, write_jpegs
 from unstall.errors import SampleError
 from unstall.gpu.engine import ENGINE_ENV, dali_importable
-from unstall.loader.slots import leftover_slots
+from unstall.loader.handoff import leftover_slots
 from unstall.pipeline import ImagePipeline
 from unstall.stores import LocalStore
 

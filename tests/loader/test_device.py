@@ -11,8 +11,8 @@ import torch
 import unstall
 from tests.conftest import write_jpegs
 from unstall.loader.device import DeviceStage, NormalizeImages
+from unstall.loader.handoff import leftover_slots
 from unstall.loader.sampling import worker_base_seed
-from unstall.loader.slots import leftover_slots
 from unstall.pipeline import ImagePipeline
 from unstall.stores import LocalStore
 

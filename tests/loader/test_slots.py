@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import unstall
-from unstall.loader.slots import SlotPool, leftover_slots, slot_size_for
+from unstall.loader.handoff import SlotPool, leftover_slots, slot_size_for
 
 SIDE = 128  # 3 x 128 x 128 uint8 = 48 KiB a sample: batches of 8 are large enough for slots
 

@@ -61,7 +61,7 @@ class Watch:
         """The segment (one per iterator) of the batch just handed out: a new ``iter()``
         makes a new position list; identity, not ``id()``, which a freed list's successor
         may share."""
-        position = getattr(self.loader, "_position", None)
+        position = getattr(getattr(self.loader, "position", None), "running", None)
         if position is not self.last or not self.segs:
             self.last = position
             self.segs[len(self.segs)] = len(self.segs)

@@ -25,8 +25,7 @@ import torch.utils.data
 
 from unstall.cache.shm.segment import pid_alive, process_stamp
 from unstall.coordination.publish import FREE_PREFIX, PublishTarget, map_batch, recycle
-from unstall.loader.failures import TaskFailure
-from unstall.loader.sampling import _planned
+from unstall.loader import TaskFailure, planned_batch
 
 
 class Published:
@@ -119,7 +118,7 @@ class CoordinatedTask(torch.utils.data.Dataset):
                 self._indices = (epoch, self.order.indices(epoch))
             bs = self.order.batch_size
             indices = self._indices[1][b2 * bs : (b2 + 1) * bs].tolist()
-            self._prepare(_planned(indices, [], (seed, epoch, b2, rank)), pub, claim, 0.0)
+            self._prepare(planned_batch(indices, [], (seed, epoch, b2, rank)), pub, claim, 0.0)
             return True
         return False
 

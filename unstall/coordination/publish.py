@@ -1,6 +1,6 @@
 """A published batch: one shared-memory file the claimer collates straight into.
 
-The zero-copy slots' machinery (`unstall.loader.slot_writer`), pointed at a file of
+The zero-copy slots' machinery (`unstall.loader.handoff.writer`), pointed at a file of
 the group: the claimer's worker stacks the batch's large tensors directly into the
 file (no batch in torch's shared memory first, no serialising copy), then writes
 the small payload that describes it (`SlotTensor` leaves, small tensors inline) and
@@ -39,9 +39,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from unstall.loader.handoff import pack
-from unstall.loader.slot_writer import Arena, collate_into, move_into
-from unstall.loader.slots import ALIGN, large_bytes, rebuild
+from unstall.loader.handoff import ALIGN, Arena, collate_into, large_bytes, move_into, pack, rebuild
 
 MAGIC = b"UNSTALLB"
 _TRAILER = struct.Struct("<8sQQ24s")

@@ -10,7 +10,6 @@ run on that torch loader itself, with the training loop's waits timed.
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
@@ -20,32 +19,23 @@ import torch
 import torch.utils.data
 from torch.utils.data import Sampler
 
-from unstall.loader import hooks, resume
+from unstall.loader import hooks
 from unstall.loader.build import build_machinery
-from unstall.loader.device import DeviceStage, resolve_device
-from unstall.loader.iterate import EpochIterator, PassthroughIterator, SizedIterator
-from unstall.loader.on_device import iterate_on_device
-from unstall.loader.options import resolve_seed, resolve_world
+from unstall.loader.device import DeviceStage
+from unstall.loader.iterate import EpochIterator, PassthroughIterator
+from unstall.loader.position import EpochPosition, check_state
 from unstall.loader.sampling import OrderView, worker_base_seed
-from unstall.loader.stats import LoaderStats
+from unstall.loader.settings import (
+    LoaderSettings,
+    check_passthrough,
+    config_overrides,
+    torch_arguments,
+)
+from unstall.loader.stats import CpuMeter, LoaderStats
 from unstall.loader.torch_class import TorchDataLoader
 from unstall.loader.worker_death import owning_workers, start_workers
 
-STATE_VERSION = resume.STATE_VERSION
 T_co = TypeVar("T_co", covariant=True)
-
-#: unstall's own arguments: not for iterable datasets, which torch's machinery runs.
-_EXTRAS = (
-    "seed",
-    "rank",
-    "world_size",
-    "cache",
-    "device",
-    "device_transform",
-    "prep",
-    "zero_copy",
-    "coordinate",
-)
 
 
 class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
@@ -124,53 +114,31 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         for name in ("self", "dataset", "__class__"):
             a.pop(name, None)
         hooks.first_loader()  # `unstall run` / analyze start watching a script's own loaders
-        a.update(_config_overrides())
-        torch_args = {k: v for k, v in a.items() if k not in _EXTRAS}
+        a.update(config_overrides())
         # torch checks the options and sets the attributes it exposes, exactly as its own.
-        shadow = TorchDataLoader(dataset, **torch_args)
+        shadow = TorchDataLoader(dataset, **torch_arguments(a))
         self.__dict__.update(shadow.__dict__)
         self.__dict__["_DataLoader__initialized"] = False
         self._stats = LoaderStats()
-        self._main_cpu = [0.0, 0]  # main-process CPU seconds in the loader, batches
+        self._main_cpu = CpuMeter()  # main-process CPU seconds in the loader, batches
         self._stats_sources: list[Callable[[], dict[str, Any]]] = []
-        self._next_epoch = 0
-        self._pending_start = 0
-        self._epoch_set = False
-        self._position: list[int] | None = None  # [epoch, batches handed out] of the last iter
-        self._resume: dict[str, Any] | None = None  # a loaded torch-order epoch's draws
-        self._base_seed: int | None = None  # the running iterator's worker base seed
-        self._tail_pending = False  # a loaded state's previous epoch still owes its tail draw
+        self._position = EpochPosition()
         self._current: weakref.ref[Any] | None = None  # the last iter(): replaced by the next
         self._passthrough = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
             dataset, "__len__"
         )
         if self._passthrough:
-            given = [
-                k for k in _EXTRAS if a[k] is not None and not (k == "cache" and a[k] is False)
-            ]
-            if given:
-                raise ValueError(
-                    f"{given[0]}={a[given[0]]!r} needs a map-style dataset with __len__ and "
-                    f"__getitem__; {type(dataset).__name__} is run by torch's own machinery"
-                )
+            check_passthrough(dataset, a)
             self._inner = shadow
             self.seed, self.rank, self.world_size, self.device, self.prep = None, 0, 1, None, "cpu"
             self.order = None
             self._handoff = None
             self._gpu_prep = None
         else:
-            self.rank, self.world_size = resolve_world(a["rank"], a["world_size"])
-            self._seed_given = a["seed"] is not None
-            unstall_order = any(a[k] is not None for k in ("seed", "rank", "world_size"))
-            # a dataset with its own epoch order (shards) draws its seed as torch would
-            unstall_order = unstall_order or callable(getattr(dataset, "epoch_order", None))
-            if unstall_order or a["coordinate"]:  # else torch's order and draws (resume.py)
-                self.seed = resolve_seed(a["seed"], generator, self.world_size)
-            else:
-                self.seed = None
-            a.update(seed=self.seed, rank=self.rank, world_size=self.world_size)
-            self.device = resolve_device(a["device"])
-            m = build_machinery(self, dataset, a, self.device)
+            self._settings = settings = LoaderSettings.resolve(dataset, a)
+            self.seed, self.rank = settings.seed, settings.rank
+            self.world_size, self.device = settings.world_size, settings.device
+            m = build_machinery(self, dataset, settings)
             self.order = m.order
             self._sampler = m.sampler
             self.prep = m.prep
@@ -203,21 +171,20 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         A user sampler with ``set_epoch`` (e.g. `DistributedSampler`) is told too. With
         torch's order (no ``seed``) it only numbers the epoch: torch's draws pick the order.
         """
-        if epoch < 0:
-            raise ValueError(f"epoch={epoch} must be >= 0")
-        if epoch != self._next_epoch:
-            self._pending_start = 0
-            self._resume = None
-        self._next_epoch = epoch
-        self._epoch_set = True
+        self._position.set_epoch(epoch)
 
     @property
     def epoch(self) -> int:
         """The epoch the next ``iter()`` will run."""
-        return self._next_epoch
+        return self._position.epoch
 
-    def _order(self) -> Any:
-        """The order spec, following a dataset that grew or shrank since the last call."""
+    @property
+    def position(self) -> EpochPosition:
+        """Where the loader stands: the next epoch, its start, the running epoch's cursor."""
+        return self._position
+
+    def order_spec(self) -> Any:
+        """The order spec (None: a user's sampler), following a dataset that grew or shrank."""
         order = self.order
         if order is not None and order.num_samples != len(self.dataset):
             self.order = order = replace(order, num_samples=len(self.dataset))
@@ -227,7 +194,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
     def __len__(self) -> int:
         if self._passthrough:
             return len(self._inner)
-        order = self._order()
+        order = self.order_spec()
         if order is not None:
             return order.num_batches()
         return len(self._sampler.batch_sampler)  # type: ignore[union-attr,arg-type]
@@ -254,22 +221,18 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self._inner._IterableDataset_len_called = asked  # only the user's len() counts
             raw = start_workers(self._inner)
             return owning_workers(PassthroughIterator(self, raw, self._stats, length), raw, self)
-        self._order()
-        epoch, start = self._next_epoch, self._pending_start
-        self._next_epoch, self._pending_start = epoch + 1, 0
-        loaded, self._resume = self._resume, None
-        if self._tail_pending:  # resume.py: the cut run stopped before its epoch's last pull
-            self._tail_pending = False
+        self.order_spec()
+        begun = self._position.begin()
+        cursor, loaded = begun.cursor, begun.loaded
+        if begun.draw_tail:  # the cut run stopped before its epoch's last pull
             self._sampler.draw_tail()  # type: ignore[union-attr]
         self._sampler.configure(
-            epoch,
-            start,
-            forward_epoch=self._epoch_set,
+            cursor.epoch,
+            cursor.handed,
+            forward_epoch=begun.forward_epoch,
             draw=loaded["draw"] if loaded else None,
             tail_done=bool(loaded and loaded["tail_done"]),
         )
-        self._epoch_set = False
-        self._position = position = [epoch, start]
         stats = self._stats
         if self._handoff is not None:
             self._handoff.begin_epoch()
@@ -277,40 +240,30 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         if begin is not None:  # e.g. a cache partitioned across nodes: failed peers rejoin
             begin()
         if self._worker_seeds is not None:
-            base = worker_base_seed(seed=self.seed, epoch=epoch, rank=self.rank)
+            base = worker_base_seed(seed=self.seed, epoch=cursor.epoch, rank=self.rank)
             self._worker_seeds.manual_seed(base)
         length = len(self._sampler)
         # the workers prefetch from now on; they stop when the epoch's iterator goes, even
         # in a garbage collection (`owning_workers`)
         torch_iter = raw = start_workers(self._inner, loaded)
-        self._base_seed = getattr(torch_iter, "_base_seed", None)
+        self._position.base_seed = getattr(torch_iter, "_base_seed", None)
         if self._coordination is not None:  # issue 18: map the group's published batches
-            torch_iter = self._coordination.receive(torch_iter, epoch, start)
-        end = lambda: stats.close_epoch(position[0], self._source_stats())  # noqa: E731
-        if self.device is not None:
-            stage = DeviceStage(
-                self.device, self._device_transform, prep=self._gpu_prep, timed=stats.add_stage
-            )
-            gen = iterate_on_device(
-                torch_iter,
-                position,
-                stats,
-                stage,
-                handoff=self._handoff,
-                unpack_inline=self._unpack,
-                main_cpu=self._main_cpu,
-            )
-            return owning_workers(SizedIterator(self, gen, stats, length, end), raw, self)
+            torch_iter = self._coordination.receive(torch_iter, cursor.epoch, cursor.handed)
+        stage = None
+        if self.device is not None:  # batches go to the device one ahead
+            transform, prep = self._device_transform, self._gpu_prep
+            stage = DeviceStage(self.device, transform, prep=prep, timed=stats.add_stage)
         it = EpochIterator(
             self,
             torch_iter,
             length,
-            position,
+            cursor,
             stats,
             handoff=self._handoff,
             unpack_inline=self._unpack,
-            main_cpu=self._main_cpu,
-            on_epoch_end=end,
+            cpu=self._main_cpu,
+            on_epoch_end=lambda: stats.close_epoch(cursor.epoch, self._source_stats()),
+            stage=stage,
         )
         return owning_workers(it, raw, self)
 
@@ -324,9 +277,17 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
     # Resume --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The loader's position as JSON-safe values: where the next batch would come from
-        (with torch's order, also what the running epoch drew: see `unstall.loader.resume`)."""
+        (with torch's order, also what the running epoch drew: see `unstall.loader.position`)."""
         self._need_map_style("state_dict")
-        return resume.state_of(self)
+        torch_rule = self.order is not None and self.order.rule == "torch"
+        return self._position.state_dict(
+            self._identity(),
+            length=len(self),
+            sampler=self._sampler,
+            torch_rule=torch_rule,
+            # persistent workers: the next iter() reuses them (torch draws no base seed)
+            workers_kept=getattr(self._inner, "_iterator", None) is not None,
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next ``iter()``: the exact remaining batches.
@@ -334,7 +295,25 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         A loader made without ``seed`` takes a saved seed (and unstall's order with it).
         """
         self._need_map_style("load_state_dict")
-        resume.load(self, state)
+        torch_rule = self.order is not None and self.order.rule == "torch"
+        seed_given = self._settings.seed_given
+        adopt = check_state(state, self._identity(), torch_rule=torch_rule, seed_given=seed_given)
+        if adopt is not None:  # a saved run's seed (and unstall's order) over torch's draws
+            self.seed = adopt
+            if self.order is not None:
+                self.order = replace(self.order, seed=adopt, rule="seeded")
+                self._sampler.spec = self.order  # type: ignore[union-attr]
+        self._position.load_state_dict(state)
+
+    def _identity(self) -> dict[str, Any]:
+        """What a saved state must share with this loader (`position.IDENTITY`)."""
+        return {
+            "seed": self.seed,
+            "num_samples": len(self.dataset),
+            "batch_size": self.batch_size,
+            "rank": self.rank,
+            "world_size": self.world_size,
+        }
 
     def _need_map_style(self, what: str) -> None:
         if self._passthrough:
@@ -348,7 +327,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         """Timings since construction: waits (stall), fetch and prep per batch, throughput."""
         out = self._stats.as_dict()
         out["num_workers"] = self.num_workers
-        cpu_s, batches = self._main_cpu
+        cpu_s, batches = self._main_cpu.seconds, self._main_cpu.batches
         if self._gpu_prep is not None:  # its decode + augment thread is main-process CPU too
             cpu_s += self._stats.stage_cpu_s
         out["main_cpu_s"] = round(cpu_s, 6)
@@ -357,7 +336,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         out["prep_plan"] = plan() if callable(plan) else {"mode": self.prep}
         if self._handoff is not None:
             out["zero_copy"] = self._handoff.stats()
-        out["epoch"] = self._position[0] if self._position else self._next_epoch
+        out["epoch"] = self._position.current_epoch
         out.update(self._source_stats())
         return out
 
@@ -370,21 +349,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
     def reset_stats(self) -> None:
         """Start counting afresh (e.g. after a warm-up epoch)."""
         self._stats = LoaderStats()
-        self._main_cpu[:] = [0.0, 0]
+        self._main_cpu.reset()
 
     def add_stats_source(self, source: Callable[[], dict[str, Any]]) -> None:
         """Merge ``source()``'s sections into every `stats` result (used by caches, stores)."""
         self._stats_sources.append(source)
-
-
-def _config_overrides() -> dict[str, Any]:
-    """Keyword arguments from ``$UNSTALL_CONFIG`` (a JSON file with a ``kwargs`` object)."""
-    path = os.environ.get("UNSTALL_CONFIG")
-    if not path:
-        return {}
-    from unstall.loader.config import load_overrides
-
-    return load_overrides(path)
-
-
-__all__ = ["DataLoader"]

@@ -1,23 +1,50 @@
-"""Loader options served by packages above the loader (``coordinate=``): a small registry.
+"""Loader options served by packages above the loader: a small registry.
 
-The loader builds its machinery without importing the layers above it: a package that
-serves an option registers its factory here when it is imported, and the loader imports
-the package named for an option only when a loader asks for that option.
+The loader builds its machinery without importing the layers above it: a plug-in module
+registers the factory serving an option here when it is imported, and the loader imports
+the module named for an option only when a loader asks for that option. Two are served:
+``coordinate=`` (`unstall.coordination.plugin`: the group a loader joins) and the GPU
+stage of ``prep=`` (`unstall.gpu.plugin`: its parts for the workers and the device).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 _factories: dict[str, Callable[..., Any]] = {}
-#: The package that registers each option's factory when it is imported.
-PROVIDERS = {"coordinate": "unstall.coordination"}
+#: The module that registers each option's factory when it is imported.
+PROVIDERS = {"coordinate": "unstall.coordination.plugin", "prep": "unstall.gpu.plugin"}
+
+
+class Member(Protocol):
+    """What ``"coordinate"``'s factory, ``(coordinate, dataset, order, prep)``, returns."""
+
+    def wrap(self, task: Any, in_flight: int) -> Any:
+        """The task torch's workers run in place of the loader's own `BatchTask`."""
+
+    def prefetch_factor(self, prefetch_factor: int | None, num_workers: int) -> int:
+        """Tasks in flight per worker."""
+
+    def receive(self, torch_iter: Iterator[Any], epoch: int, start: int) -> Iterator[Any]:
+        """The epoch's ``(batch, timing)`` pairs from torch's iterator, shared ones mapped."""
+
+    def stats(self) -> dict[str, Any]:
+        """Sections merged into `DataLoader.stats`."""
+
+    def close(self) -> None:
+        """Leave (called when the loader closes or is collected)."""
+
+
+#: ``"prep"``'s factory: ``(dataset, pipeline, device, prep, batch_size, num_workers)`` ->
+#: ``(prep, the workers' dataset, their collate_fn, the device-side prep)``, or None to
+#: prepare on the CPU (``"auto"`` without a GPU decoder).
+StageParts = Callable[..., "tuple[str, Any, Any, Any] | None"]
 
 
 def register(name: str, factory: Callable[..., Any]) -> None:
-    """Serve loader option ``name`` with ``factory`` (called by the providing package)."""
+    """Serve loader option ``name`` with ``factory`` (called by the plug-in module)."""
     _factories[name] = factory
 
 

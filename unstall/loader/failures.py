@@ -17,7 +17,7 @@ import torch.utils.data
 from torch._utils import ExceptionWrapper
 
 from unstall.errors import SampleError
-from unstall.loader.slots import SlotRef
+from unstall.loader.handoff.slots import SlotRef
 
 
 def add_note(exc: BaseException, note: str) -> None:

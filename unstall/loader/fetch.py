@@ -16,11 +16,9 @@ import torch.utils.data
 
 from unstall.errors import SampleError, UnstallError
 from unstall.loader.failures import add_note, describe, failure_from, mark_task_error
-from unstall.loader.handoff import pack
+from unstall.loader.handoff import SlotRef, SlotWriter, pack
 from unstall.loader.sampling import Planned
 from unstall.loader.schedclock import runq_s
-from unstall.loader.slot_writer import SlotWriter
-from unstall.loader.slots import SlotRef
 from unstall.pipeline.batch_seed import batch_rng
 
 

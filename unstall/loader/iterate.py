@@ -20,11 +20,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from unstall.loader import hooks
+from unstall.loader.device import DeviceStage
 from unstall.loader.failures import is_task_error, raise_if_failed
-from unstall.loader.handoff import unpack
-from unstall.loader.slot_handoff import SlotHandoff
-from unstall.loader.stats import LoaderStats, batch_size_of
+from unstall.loader.handoff import SlotHandoff, unpack
+from unstall.loader.position import Cursor
+from unstall.loader.stats import CpuMeter, LoaderStats
 from unstall.loader.worker_death import release_stuck_locks, retire_on_worker_death
+from unstall.models.batch import batch_size_of
 
 #: Iterators not yet garbage: `end_open_epochs` ends theirs at exit.
 _open: weakref.WeakSet[_Timed] = weakref.WeakSet()
@@ -118,13 +120,28 @@ class _Timed:
 
 
 class EpochIterator(_Timed):
-    """Host batches of one epoch from torch's worker iterator (slots when zero-copy).
+    """The batches of one epoch from torch's worker iterator: one body for host batches
+    and device batches.
+
+    Each ``next()`` pulls a batch (``(batch, (fetch_s, prep_s))``), takes it out of its
+    zero-copy slot (or unpacks it), and with a ``stage`` (`DeviceStage`) sends it to the
+    device one batch ahead: the batch handed out was submitted at the call before, so
+    its copy (and GPU prep) overlapped the training step.
+
+    A dataset's error for one batch leaves a host epoch loadable; with a device stage
+    every error ends the epoch (the batch ahead is lost with it).
 
     Args:
         loader: the `DataLoader` (named to observers only).
-        torch_iter: the inner torch iterator; yields ``(batch, (fetch_s, prep_s))``.
-        position: ``[epoch, batches handed out]``, shared with the loader (resume).
+        torch_iter: the inner torch iterator.
+        length: batches in this epoch.
+        cursor: the epoch's `Cursor` (batches handed out), kept by the loader's position.
+        stats: the loader's `LoaderStats`.
+        handoff: the loader's slots, or None.
+        unpack_inline: batches come packed (`handoff.pack`): unpack them.
+        cpu: the loader's `CpuMeter` (main-process CPU per batch).
         on_epoch_end: called once when the epoch is complete.
+        stage: the device stage, or None (host batches).
     """
 
     def __init__(
@@ -132,23 +149,27 @@ class EpochIterator(_Timed):
         loader: Any,
         torch_iter: Iterator[Any],
         length: int,
-        position: list[int],
+        cursor: Cursor,
         stats: LoaderStats,
         *,
         handoff: SlotHandoff | None,
         unpack_inline: bool,
-        main_cpu: list[Any],
+        cpu: CpuMeter,
         on_epoch_end: Callable[[], None],
+        stage: DeviceStage | None = None,
     ):
         super().__init__(loader, torch_iter, stats, length, on_epoch_end)
-        self._position = position
+        self._cursor = cursor
         if handoff is not None and handoff.size == 0:
             handoff = None  # slots not worth it for these batches: inline unpacking only
         self._handoff = handoff
-        if handoff is not None:
+        if handoff is not None and stage is None:
             retire_on_worker_death(handoff)  # torch raises a death wherever the loop is
         self._unpack = unpack_inline
-        self._cpu = main_cpu
+        self._cpu = cpu
+        self._stage = stage
+        self._ahead: Any = None  # with a stage: the batch submitted one ahead (its handle)
+        self._pulled_all = False  # with a stage: torch's iterator ran out
 
     def __len__(self) -> int:
         return self._length or 0
@@ -156,67 +177,96 @@ class EpochIterator(_Timed):
     def __next__(self) -> Any:
         if self._done:
             raise StopIteration
-        handoff, stats = self._handoff, self._stats
-        if handoff is not None:
-            handoff.reclaim()  # slots of batches nothing references any more
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            batch, timing = next(self._torch_iter)
+            if self._stage is None:
+                if self._handoff is not None:
+                    self._handoff.reclaim()  # slots of batches nothing references any more
+                batch, timing = next(self._torch_iter)
+            else:
+                batch = self._device_step(t0)
         except StopIteration:
             self._exhausted()
             raise
         except BaseException as exc:
-            if is_task_error(exc):  # the dataset's error for one batch: the epoch goes on
+            if self._stage is None and is_task_error(exc):  # one batch's error: epoch goes on
                 raise
             release_stuck_locks(exc)  # e.g. a worker died: see worker_death.py
-            if handoff is not None:
-                handoff.retire()  # e.g. a worker died: its slots may never come back
+            if self._handoff is not None:
+                self._handoff.retire()  # e.g. a worker died: its slots may never come back
             self._failed()
             raise
-        raise_if_failed(batch, handoff)  # the dataset's error; the epoch goes on after it
-        if handoff is not None:
-            batch = handoff.receive(batch)
-        elif self._unpack:
-            batch = unpack(batch)
+        if self._stage is None:
+            batch = self._received(batch)  # the dataset's error raises here; the epoch goes on
         now = time.perf_counter()
         wait = now - t0
-        stats.add_task(timing, t0, wait)  # fetch and prep seconds (and the timeline's span)
-        self._position[1] += 1
-        self._cpu[0] += time.thread_time() - c0
-        self._cpu[1] += 1
+        if self._stage is None:
+            self._stats.add_task(timing, t0, wait)  # fetch and prep seconds (and timeline span)
+        self._cursor.handed += 1
+        self._cpu.add(time.thread_time() - c0)
         self._handed_out(now, wait, batch)
         return batch
 
+    def _received(self, batch: Any) -> Any:
+        """A pulled batch out of its slot (or unpacked); a worker's failure raised here."""
+        raise_if_failed(batch, self._handoff)
+        if self._handoff is not None:
+            return self._handoff.receive(batch)
+        return unpack(batch) if self._unpack else batch
 
-class SizedIterator(_Timed):
-    """A generator (the device path's one-ahead loop) given the epoch's length and clock."""
-
-    def __len__(self) -> int:
-        return self._length or 0
-
-    def __next__(self) -> Any:
-        if self._done:
-            raise StopIteration
-        t0 = time.perf_counter()
-        try:
-            out = next(self._torch_iter)
-        except StopIteration:
-            self._exhausted()
-            raise
-        except BaseException as exc:  # a generator ends at its first error: so does the epoch
-            release_stuck_locks(exc)  # e.g. a worker died: see worker_death.py
-            self._failed()
-            raise
-        now = time.perf_counter()
-        self._handed_out(now, now - t0, out)
+    def _device_step(self, t0: float) -> Any:
+        """The device stage's step: submit the next batch, hand out the one submitted before."""
+        if self._ahead is None:  # the first batch (or none left): submit it, then one more
+            self._ahead = self._submit(t0)
+            if self._ahead is None:
+                raise StopIteration
+        handle = self._submit(t0)
+        out = self._stage.finish(self._ahead)  # type: ignore[union-attr]
+        self._ahead = handle
         return out
 
+    def _submit(self, t0: float) -> Any:
+        """Pull one batch and start it on its way to the device; None when none is left."""
+        if self._pulled_all:
+            return None
+        try:
+            batch, timing = next(self._torch_iter)
+        except StopIteration:
+            batch = timing = None
+        raise_if_failed(batch, self._handoff)
+        if self._handoff is not None:
+            self._handoff.reclaim()  # slots of batches nothing references (the stage included)
+        if batch is None:
+            self._pulled_all = True
+            return None
+        handle = self._stage.submit(self._received(batch))  # type: ignore[union-attr]
+        del batch  # its slot frees once the stage is done with it
+        self._stats.add_task(timing, t0, time.perf_counter() - t0)
+        return handle
+
+    def end_epoch(self, *, exhausted: bool = False, failed: bool = False) -> None:
+        stage = self.__dict__.get("_stage")
+        if stage is not None and (exhausted or failed):
+            self._close_stage()
+        super().end_epoch(exhausted=exhausted, failed=failed)
+
+    def _close_stage(self) -> None:
+        """Wait for the device copies in flight and stop the stage's thread (idempotent)."""
+        stage = self.__dict__.get("_stage")
+        if stage is not None:
+            self._ahead = None
+            stage.close()
+
     def close(self) -> None:
-        """Stop the device loop now (its stage and slots are released)."""
-        close = getattr(self._torch_iter, "close", None)
-        if close is not None:
-            close()
+        """Stop the epoch now: a device stage (and the slots it holds) is released."""
+        self._close_stage()
+        self._done = True
         self.end_epoch()
+
+    def __del__(self) -> None:  # dropped: the device stage stops with its epoch
+        with contextlib.suppress(Exception):  # interpreter shutdown
+            self._close_stage()
+        super().__del__()
 
 
 def _record(stats: LoaderStats) -> None:

@@ -187,7 +187,7 @@ class PlanSampler(torch.utils.data.Sampler):
             )
         else:
             keyed = (
-                _planned(b, None, (spec.seed, epoch, i, spec.rank))  # type: ignore[arg-type]
+                planned_batch(b, None, (spec.seed, epoch, i, spec.rank))  # type: ignore[arg-type]
                 for i, b in enumerate(spec.batches(epoch, self.start), self.start)
             )
         if self.lookahead <= 0:
@@ -217,7 +217,7 @@ class PlanSampler(torch.utils.data.Sampler):
         for b in range(start, total):
             if b == full:  # the last, partial batch: the sampler ran out filling it
                 self._tail(n, gen)
-            yield _planned(
+            yield planned_batch(
                 order[b * bs : (b + 1) * bs].tolist(), None, (key_seed, epoch, b, 0), False
             )
         if total == full:  # the pull after the last full batch finds the sampler empty
@@ -239,10 +239,10 @@ def _with_lookahead(batches: Iterator[list[int]], distance: int) -> Iterator[lis
         pending.append(batch)
         if len(pending) > distance:
             first = pending.popleft()
-            yield _planned(first, list(batch), *_key_of(first))
+            yield planned_batch(first, list(batch), *_key_of(first))
     while pending:
         first = pending.popleft()
-        yield _planned(first, [], *_key_of(first))
+        yield planned_batch(first, [], *_key_of(first))
 
 
 def _key_of(batch: list[int]) -> tuple[Any, bool]:
@@ -266,10 +266,13 @@ class Planned(list):
     reseed: bool
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_planned, (list(self), self.ahead, self.key, self.reseed))
+        return (planned_batch, (list(self), self.ahead, self.key, self.reseed))
 
 
-def _planned(indices: list[int], ahead: list[int], key: Any = None, reseed: bool = True) -> Planned:
+def planned_batch(
+    indices: list[int], ahead: list[int], key: Any = None, reseed: bool = True
+) -> Planned:
+    """A `Planned` batch: ``indices``, the batch ``ahead``, its ``key`` and ``reseed``."""
     batch = Planned(indices)
     batch.ahead = ahead
     batch.key = key
@@ -288,7 +291,7 @@ class OrderView(torch.utils.data.Sampler):
         self._loader = weakref.ref(loader)
 
     def _spec(self) -> Any:
-        return self._owner()._order()
+        return self._owner().order_spec()
 
     def _owner(self) -> Any:
         loader = self._loader()
@@ -298,7 +301,7 @@ class OrderView(torch.utils.data.Sampler):
 
     def __iter__(self) -> Iterator[int]:
         loader = self._owner()
-        return iter(loader._order().indices(loader._next_epoch).tolist())
+        return iter(loader.order_spec().indices(loader.epoch).tolist())
 
     def __len__(self) -> int:
         spec = self._spec()

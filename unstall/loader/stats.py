@@ -9,10 +9,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
+
+# where the analyzer reads it from (a batch's sample count lives with the models, below)
+from unstall.models.batch import batch_size_of as batch_size_of
 
 #: Per-batch records kept for percentiles; totals cover every batch.
 _WINDOW = 65536
+
+
+@dataclass
+class CpuMeter:
+    """Main-process CPU seconds spent in the loader's iterators, and the batches they handed out."""
+
+    seconds: float = 0.0
+    batches: int = 0
+
+    def add(self, seconds: float) -> None:
+        """One batch handed out after ``seconds`` of this thread's CPU."""
+        self.seconds += seconds
+        self.batches += 1
+
+    def reset(self) -> None:
+        """Count afresh (in place: running iterators keep adding to this meter)."""
+        self.seconds, self.batches = 0.0, 0
 
 
 class Series:
@@ -235,24 +254,3 @@ def _is_counter(key: str, value: Any) -> bool:
         and key.endswith(_COUNTER_SUFFIXES)
         and not key.startswith(_NOT_COUNTER_PREFIXES)
     )
-
-
-def batch_size_of(batch: Any) -> int:
-    """Number of samples in a collated batch: the leading dimension of its first tensor,
-    or the length of a list of plain samples (bytes, numbers, strings)."""
-    while True:
-        if isinstance(batch, torch.Tensor):
-            return int(batch.size(0)) if batch.dim() > 0 else 1  # nested: no .shape
-        if isinstance(batch, dict) and batch:
-            batch = next(iter(batch.values()))
-        elif isinstance(batch, (list, tuple)) and batch:
-            first = batch[0]
-            if not isinstance(first, (torch.Tensor, list, tuple, dict)) and not hasattr(
-                first, "shape"
-            ):
-                return len(batch)
-            batch = first
-        elif hasattr(batch, "shape") and len(batch.shape) > 0:
-            return int(batch.shape[0])
-        else:
-            return len(batch) if hasattr(batch, "__len__") else 1

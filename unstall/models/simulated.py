@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from unstall.loader.stats import batch_size_of
+from unstall.models.batch import batch_size_of
 
 #: Measured training rates on one H100 (samples/s), for `--model` style choices.
 MODEL_RATES = {"resnet18": 12000.0, "resnet50": 4000.0, "mobilenet_v2": 6150.0, "vit_b_16": 2110.0}

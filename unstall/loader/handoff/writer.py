@@ -17,8 +17,8 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from unstall.loader.handoff import INLINE_MAX_BYTES, pack
-from unstall.loader.slots import (
+from unstall.loader.handoff.inline import INLINE_MAX_BYTES, pack
+from unstall.loader.handoff.slots import (
     ALIGN,
     BYTES_MIN,
     SlotBatch,

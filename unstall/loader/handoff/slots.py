@@ -42,7 +42,7 @@ import torch
 import torch.utils.data
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from unstall.loader.handoff import INLINE_MAX_BYTES, Inline
+from unstall.loader.handoff.inline import INLINE_MAX_BYTES, Inline
 
 #: Every slot segment name starts with this (then uid, owner pid, pool and slot numbers).
 SLOT_PREFIX = "unstall_slot"

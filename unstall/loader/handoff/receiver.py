@@ -2,7 +2,7 @@
 
 `SlotHandoff` owns every piece of slot bookkeeping for one loader (pools, size,
 batches in use, counters); `SlotSampler` hands each task a free slot as torch
-dispatches it. The rules are in `unstall.loader.slots`.
+dispatches it. The rules are in `unstall.loader.handoff.slots`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import torch.utils.data
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from unstall.loader.slots import (
+from unstall.loader.handoff.slots import (
     MIN_SLOT_BATCH_BYTES,
     SlotBatch,
     SlotPool,

@@ -1,0 +1,224 @@
+"""A loader's settings, checked once: torch's arguments, unstall's own, and a config file's.
+
+torch's options are checked by torch itself (`DataLoader` builds a torch loader from the
+same arguments first), so every bad value or combination gets torch's own error.
+`LoaderSettings.resolve` then checks unstall's own options and resolves them (seed,
+shard, device, zero-copy) into one frozen object that the machinery is built from.
+
+``unstall run --config FILE`` sets ``$UNSTALL_CONFIG=FILE``; every unstall loader made in
+that process tree then takes the file's ``kwargs`` over the script's own
+(`config_overrides`): how a recommendation reaches an unchanged script.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils.data
+
+from unstall.loader.device import resolve_device
+
+#: unstall's own arguments: not for iterable datasets, which torch's machinery runs.
+EXTRAS = (
+    "seed",
+    "rank",
+    "world_size",
+    "cache",
+    "device",
+    "device_transform",
+    "prep",
+    "zero_copy",
+    "coordinate",
+)
+#: Values ``prep`` takes (None: chosen by device and dataset).
+PREPS = ("auto", "cpu", "gpu", "hybrid")
+#: Arguments a config file may set (plain values; ``cache`` is a capacity).
+_SETTABLE = (
+    "num_workers",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory",
+    "zero_copy",
+    "prep",
+    "device",
+    "seed",
+    "cache",
+    "coordinate",
+)
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """Every argument of a map-style `unstall.DataLoader`, checked and resolved once.
+
+    torch's arguments are kept as given (torch checked them); ``seed`` is the order's
+    seed (None: torch's order and draws), ``rank``/``world_size`` this process's shard,
+    ``device`` a `torch.device` or None, ``zero_copy`` whether batches cross in slots.
+    """
+
+    batch_size: int | None
+    shuffle: bool | None
+    sampler: Any
+    batch_sampler: Any
+    num_workers: int
+    collate_fn: Callable[[list[Any]], Any] | None
+    pin_memory: bool
+    drop_last: bool
+    timeout: float
+    worker_init_fn: Callable[[int], None] | None
+    multiprocessing_context: Any
+    generator: torch.Generator | None
+    prefetch_factor: int | None
+    persistent_workers: bool
+    pin_memory_device: str
+    in_order: bool
+    seed: int | None
+    seed_given: bool
+    rank: int
+    world_size: int
+    cache: Any
+    device: torch.device | None
+    device_transform: Callable[[Any], Any] | None
+    prep: str | None
+    zero_copy: bool
+    coordinate: str | bool | None
+
+    @property
+    def unbatched(self) -> bool:
+        """``batch_size=None`` without a batch sampler: samples are handed out one by one."""
+        return self.batch_size is None and self.batch_sampler is None
+
+    @classmethod
+    def resolve(cls, dataset: Any, a: dict[str, Any]) -> LoaderSettings:
+        """Check and resolve the arguments ``a`` (torch's and unstall's) for ``dataset``."""
+        rank, world_size = resolve_world(a["rank"], a["world_size"])
+        unstall_order = any(a[k] is not None for k in ("seed", "rank", "world_size"))
+        # a dataset with its own epoch order (shards) draws its seed as torch would
+        unstall_order = unstall_order or callable(getattr(dataset, "epoch_order", None))
+        seed = None  # torch's order and draws (position.py)
+        if unstall_order or a["coordinate"]:
+            seed = resolve_seed(a["seed"], a["generator"], world_size)
+        device = resolve_device(a["device"])
+        transform = a["device_transform"]
+        if transform is not None and (device is None or not callable(transform)):
+            raise ValueError(
+                f"device_transform={transform!r} needs a callable and a device: "
+                "pass device='cuda' (or 'cpu') with it"
+            )
+        if a["prep"] not in (None, *PREPS):
+            raise ValueError(
+                f"prep={a['prep']!r} must be one of {PREPS} or None (choose by device)"
+            )
+        host_pinning = a["pin_memory"] and device is None
+        zero_copy = check_zero_copy(a["zero_copy"], a["num_workers"], host_pinning)
+        fields = {k: a[k] for k in cls.__dataclass_fields__ if k in a}
+        fields.update(
+            seed=seed,
+            seed_given=a["seed"] is not None,
+            rank=rank,
+            world_size=world_size,
+            device=device,
+            zero_copy=zero_copy and not (a["batch_size"] is None and a["batch_sampler"] is None),
+        )
+        return cls(**fields)
+
+
+def torch_arguments(a: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of ``a`` that torch's own DataLoader takes."""
+    return {k: v for k, v in a.items() if k not in EXTRAS}
+
+
+def check_passthrough(dataset: Any, a: dict[str, Any]) -> None:
+    """An iterable dataset (or one without a length) runs on torch's machinery: no extras."""
+    given = [k for k in EXTRAS if a[k] is not None and not (k == "cache" and a[k] is False)]
+    if given:
+        raise ValueError(
+            f"{given[0]}={a[given[0]]!r} needs a map-style dataset with __len__ and "
+            f"__getitem__; {type(dataset).__name__} is run by torch's own machinery"
+        )
+
+
+def resolve_seed(seed: int | None, generator: torch.Generator | None, world_size: int) -> int:
+    """The seed of unstall's order (asked for by ``seed``, shards or ``coordinate``):
+    ``seed``; else drawn from ``generator``; else ``torch.initial_seed()`` (fixed by
+    ``torch.manual_seed``, new in each unseeded run); with several ranks 0, as
+    `DistributedSampler`, so shards agree. Without those options torch's order is followed."""
+    if seed is not None:
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"seed={seed!r} must be a non-negative int")
+        return seed
+    if generator is not None:
+        return int(torch.randint(0, 2**62, (), generator=generator))
+    if world_size > 1:
+        return 0
+    return int(torch.initial_seed()) % 2**63
+
+
+def resolve_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """This process's shard: explicit only (torch's DataLoader never shards by itself)."""
+    if (rank is None) != (world_size is None):
+        raise ValueError(f"pass both rank and world_size or neither; got {rank=}, {world_size=}")
+    if rank is None or world_size is None:
+        return 0, 1
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
+    return rank, world_size
+
+
+def check_zero_copy(zero_copy: bool | None, num_workers: int, host_pinning: bool) -> bool:
+    """Resolve ``zero_copy``: on by default with workers, unless torch must pin host batches."""
+    if zero_copy is None:
+        return num_workers > 0 and not host_pinning
+    if zero_copy and num_workers == 0:
+        raise ValueError("zero_copy=True needs num_workers > 0 (slots carry worker batches)")
+    if zero_copy and host_pinning:
+        raise ValueError(
+            "zero_copy=True with pin_memory=True: slot batches are not pinned; pass "
+            "device='cuda' (slots are page-locked once) or zero_copy=False"
+        )
+    return bool(zero_copy)
+
+
+def config_overrides() -> dict[str, Any]:
+    """Keyword arguments from ``$UNSTALL_CONFIG`` (a JSON file with a ``kwargs`` object)."""
+    path = os.environ.get("UNSTALL_CONFIG")
+    return load_overrides(path) if path else {}
+
+
+def load_overrides(path: str) -> dict[str, Any]:
+    """The ``kwargs`` of the JSON file at ``path``, checked; ``cache`` becomes a `Cache`."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"UNSTALL_CONFIG={path!r} cannot be read as JSON: {exc}") from exc
+    kwargs = doc.get("kwargs", doc) if isinstance(doc, dict) else None
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"UNSTALL_CONFIG={path!r} must hold a JSON object of DataLoader kwargs")
+    unknown = sorted(set(kwargs) - set(_SETTABLE))
+    if unknown:
+        raise ValueError(
+            f"UNSTALL_CONFIG={path!r} sets {unknown}, which a config cannot set; "
+            f"use some of {list(_SETTABLE)}"
+        )
+    out = dict(kwargs)
+    if out.get("num_workers") == 0:
+        out.setdefault("prefetch_factor", None)
+        out.setdefault("persistent_workers", False)
+    if out.get("cache") not in (None, 0, "0"):
+        from unstall.cache import Cache
+
+        out["cache"] = Cache(out["cache"])
+    elif "cache" in out:
+        out["cache"] = None
+    return out
+
+
+def settable() -> list[str]:
+    """The keyword arguments a config file may set."""
+    return list(_SETTABLE)
