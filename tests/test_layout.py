@@ -3,8 +3,9 @@
 - no module over 400 lines;
 - ``__init__.py`` files only re-export: imports, ``__all__``, a docstring, or a lazy re-export
   (``_HOMES``, name -> module, served by ``__getattr__``) where import cost matters;
-- no private name crosses a package: ``unstall.a`` neither imports ``_x`` (or a ``_module``) from
-  ``unstall.b`` nor calls ``obj._x`` where ``_x`` is defined in ``unstall.b`` and not in ``unstall.a``;
+- no private name crosses a package: ``unstall.a`` neither imports ``_x`` (or a ``_module``)
+  from ``unstall.b`` nor uses ``obj._x`` where ``_x`` is defined in ``unstall.b`` and not in
+  ``unstall.a``;
 - library code never imports ``unstall.bench``, ``unstall.cli`` or ``unstall.testing``.
 """
 
@@ -76,7 +77,11 @@ def test_init_files_only_re_export():
             if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
                 continue  # the docstring
             targets = node.targets if isinstance(node, ast.Assign) else []
-            if [getattr(t, "id", None) for t in targets] in (["__all__"], ["_HOMES"], ["__version__"]):
+            if [getattr(t, "id", None) for t in targets] in (
+                ["__all__"],
+                ["_HOMES"],
+                ["__version__"],
+            ):
                 continue  # the names, and where each lazily re-exported one lives
             if isinstance(node, ast.FunctionDef) and node.name in LAZY:
                 continue
@@ -109,9 +114,12 @@ def test_no_private_attribute_of_another_package_is_used():
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 if _private(node.name):
                     defined[node.name].add(_package(path))
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-                if _private(node.attr):
-                    defined[node.attr].add(_package(path))
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and _private(node.attr)
+            ):
+                defined[node.attr].add(_package(path))
     bad = []
     for path, tree in modules.items():
         here = _package(path)

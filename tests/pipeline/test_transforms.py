@@ -171,14 +171,14 @@ def test_pickle_round_trip_keeps_settings_and_stream(images: list[bytes]) -> Non
 
 
 def _draws(pipe: ImagePipeline, queue: multiprocessing.Queue) -> None:
-    rng = pipe._process_rng()
+    rng = pipe.process_rng()
     queue.put([rng.random() for _ in range(4)])
 
 
 @pytest.mark.parametrize("seed", [None, 9])
 def test_forked_workers_get_their_own_streams(seed: int | None) -> None:
     pipe = ImagePipeline(seed=seed)
-    parent = [pipe._process_rng().random() for _ in range(4)]
+    parent = [pipe.process_rng().random() for _ in range(4)]
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_draws, args=(pipe, queue)) for _ in range(2)]

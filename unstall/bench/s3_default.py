@@ -63,9 +63,7 @@ def default_epoch2(
             for root, _, files in os.walk(cache_dir)
             for f in files
         )
-        fetch_layer = s3_loader._fetch_layer
-        if fetch_layer is not None:
-            fetch_layer.close()
+        s3_loader.close()
     ours, base = median_of(s3_runs), median_of(local_runs)
     return {
         "requests": int(max(e.get("store", {}).get("requests", -1) for e in epochs[1:])),

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from unstall.gpu.controller import ShareController
-from unstall.gpu.engine import available_decoder, pick_engine
+from unstall.gpu.engine import available_decoder, decoder_choice, pick_engine
 from unstall.gpu.hybrid import HybridPrep
 from unstall.gpu.split import SplitView, shared_rows
 from unstall.loader import extensions
@@ -29,12 +29,14 @@ def stage_parts(
     The workers load a `SplitView` (bytes plus crops, a lean CPU share), the training
     process runs `HybridPrep` (the engine for the encoded rows), and a `ShareController`
     moves the CPU share with both sides' measured rates. None for ``"auto"`` on a CUDA
-    device without an importable GPU decoder: the loader then prepares on the CPU.
+    device where no GPU decoder is usable or none beats a CPU core (measured): the loader
+    then prepares on the CPU.
     """
-    if prep == "auto" and device.type == "cuda" and available_decoder() is None:
+    if prep == "auto" and device.type == "cuda" and available_decoder(device=device) is None:
         log.info(
-            "prep='auto': no GPU JPEG decoder importable (pip install 'unstall[dali]'): "
-            "preparing on the CPU workers"
+            "prep='auto': preparing on the CPU workers: %s (pip install 'unstall[dali]' "
+            "for DALI's decoder)",
+            decoder_choice(device),
         )
         return None
     why_not: list[str] = []

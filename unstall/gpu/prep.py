@@ -37,7 +37,7 @@ def draw(pipeline: Any, data: bytes) -> tuple[Box, bool]:
 
     The box is drawn on the stored (unrotated) size: no engine applies EXIF orientation.
     """
-    rng = pipeline._process_rng()  # the pipeline's per-process stream (seeded as on the CPU)
+    rng = pipeline.process_rng()  # the pipeline's per-process stream (seeded as on the CPU)
     width, height = image_size(data)
     box = random_resized_crop_box(width, height, rng, scale=pipeline.scale, ratio=pipeline.ratio)
     return box, rng.random() < pipeline.flip_p

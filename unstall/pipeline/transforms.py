@@ -89,7 +89,7 @@ class ImagePipeline:
 
     def __call__(self, data: bytes) -> torch.Tensor:
         """Augment one encoded image; raises `DecodeError` (a ValueError) for corrupt bytes."""
-        rng = self._process_rng()
+        rng = self.process_rng()
         width, height = image_size(data)
         box = random_resized_crop_box(width, height, rng, scale=self.scale, ratio=self.ratio)
         flip = rng.random() < self.flip_p
@@ -132,7 +132,9 @@ class ImagePipeline:
         state.update(_rng=None, _rng_pid=-1)  # rebuilt where it lands
         return state
 
-    def _process_rng(self) -> random.Random:
+    def process_rng(self) -> random.Random:
+        """This pipeline's random stream here: per batch (``(seed, epoch, batch)``) inside a
+        loader's batch task, else per process; the GPU stage draws its crops from it too."""
         batch, generation = batch_seed.current()
         if batch is not None:  # a loader's batch: the stream follows (seed, epoch, batch) only
             if self._rng is None or self._rng_pid != -2 - generation:
