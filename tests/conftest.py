@@ -10,6 +10,37 @@ import pytest
 import torch
 
 
+#: Tests that measure time or rates (they need the cores to themselves), or that compare all of
+#: /dev/shm before and after (another test running beside them would show): the ``serial``
+#: marker. The suite runs the rest on two processes, then these alone (README, `.ci/run`):
+#: ``pytest -n 2 -m "not serial" && pytest -m serial``.
+SERIAL = (
+    "tests/analysis/",
+    "tests/bench/",
+    "tests/launch/",
+    "tests/models/test_simulated.py",
+    "tests/cache/test_bench.py",
+    "tests/cache/test_lookup_cost.py",
+    "tests/cache/test_lifecycle.py",
+    "tests/coordination/test_group.py",
+    "tests/data/shards/test_together.py",
+    "tests/distributed/test_tls.py",
+    "tests/gpu/test_hybrid.py",
+    "tests/loader/test_iterator_stats.py",
+    "tests/loader/test_torch_parity.py",
+    "tests/stores/test_throttle.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the `SERIAL` tests (by path, so a new test in a timing folder is serial too)."""
+    root = Path(str(config.rootpath))
+    for item in items:
+        path = Path(str(item.path)).relative_to(root).as_posix()
+        if path.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
+
+
 @pytest.fixture(autouse=True)
 def unstall_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     """Disk caches (on by default for s3:// datasets) go to a temporary dir, never ~/.cache."""
