@@ -266,9 +266,9 @@ def _distributed(res: dict) -> list[Row]:
             "distributed",
             "4 nodes, dataset 2x a node's cache, from epoch 2: partitioned cache vs caching alone",
             "each node caching alone",
-            _rate(get(res, "baseline.samples_per_s")),
+            _rate(get(res, "baseline.alone")),
             _rate(get(res, "unstall.partitioned")),
-            _ratio(res.get("vs_alone", res.get("ratio"))),
+            _ratio(res.get("vs_alone")),
         )
     ]
 
