@@ -130,7 +130,8 @@ def bench_table(run: dict) -> str:
     hidden = NOT_MEASURED.get(run["benchmark"], ())
     scalars = [(k, v) for k, v in key_figures(res) if k not in hidden]
     if scalars:
-        out.append("\nOther figures of the JSON: " + "; ".join(f"`{k}` {v}" for k, v in scalars) + ".")
+        listed = "; ".join(f"`{k}` {v}" for k, v in scalars)
+        out.append(f"\nOther figures of the JSON: {listed}.")
     for note in res.get("notes", []):
         if not any(h in note for h in hidden):
             out.append(f"\n- {fmt(note)}")
@@ -276,7 +277,8 @@ def _shards(res: dict) -> list[Row]:
     for epoch in (1, 2):
         at0 = get(res, "latency_ms.0") or {}
         ours = get(at0, f"unstall tar.epoch{epoch}_per_s")
-        what = f"2,048 images on S3 (0 ms), epoch {epoch}{' from a cold start' if epoch == 1 else ''}"
+        cold = " from a cold start" if epoch == 1 else ""
+        what = f"{fmt(get(res, 'setup.images'))} images on S3 (0 ms), epoch {epoch}{cold}"
         if res.get(f"vs_mosaic_epoch{epoch}") is not None:
             out.append(
                 (
