@@ -7,6 +7,7 @@ import functools
 import html as html_lib
 import http.server
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -112,8 +113,11 @@ def test_readme_is_short_and_starts_with_the_two_commands():
     assert 'pip install -q "torch==2.13.0" -e ".[test]"' in ci  # the same command runs in CI
 
 
-def test_report_picture_is_not_blank():
+def test_report_picture_is_not_blank_and_its_run_is_kept():
     assert _plot_pixels(REPORT_PNG) > 0.01
+    run = json.loads((DOCS / "analyze-report.json").read_text())
+    assert run["date"] and run["machine"] and run["command"].startswith("unstall analyze")
+    assert run["report"]["bottleneck"] in ("compute", "prep", "fetch")
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
