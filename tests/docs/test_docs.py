@@ -1,0 +1,227 @@
+"""The docs site: it builds strictly, documents every public name, shows generated figures,
+and renders in a browser with the analyzer's report picture in place."""
+
+from __future__ import annotations
+
+import functools
+import html as html_lib
+import http.server
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import unstall
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+REPORT_PNG = DOCS / "analyze-report.png"
+HAS_MKDOCS = all(importlib.util.find_spec(m) for m in ("mkdocs", "material", "mkdocstrings"))
+needs_mkdocs = pytest.mark.skipif(not HAS_MKDOCS, reason="mkdocs is not installed ([docs] extra)")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+#: the report's plot colours (unstall.analysis.html.COLORS): compute blue, prep orange
+PLOT_RGB = {"compute": (0x4C, 0x72, 0xB0), "prep": (0xDD, 0x84, 0x52)}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not HAS_MKDOCS:
+        pytest.skip("mkdocs is not installed ([docs] extra)")
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        env={**_env(), "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out
+
+
+@needs_mkdocs
+def test_mkdocs_build_strict(site):
+    pages = {p.relative_to(site).as_posix() for p in site.rglob("index.html")}
+    for page in ("index.html", "getting-started/index.html", "guide/analyze/index.html"):
+        assert page in pages, sorted(pages)
+    assert (site / "analyze-report.png").read_bytes() == REPORT_PNG.read_bytes()
+    # the included tables arrived (no snippet left unexpanded)
+    html = (site / "benchmarks" / "index.html").read_text()
+    assert "--8&lt;--" not in html and "<table>" in html
+
+
+def test_every_public_name_has_an_api_entry():
+    api = (DOCS / "api.md").read_text()
+    entries = set(re.findall(r"^::: unstall\.(\w+)$", api, flags=re.M))
+    public = set(unstall._HOMES)
+    assert public == set(unstall.__all__)
+    assert public <= entries, sorted(public - entries)
+
+
+@needs_mkdocs
+def test_api_entries_have_their_docstrings(site):
+    html = (site / "api" / "index.html").read_text()
+    for name, home in unstall._HOMES.items():
+        assert f'id="unstall.{name}"' in html, name
+        doc = (getattr(unstall, name).__doc__ or "").strip().splitlines()
+        assert doc, f"unstall.{name} has no docstring"
+        first = re.sub(r"`|\*", "", doc[0])[:30]
+        text = html_lib.unescape(re.sub(r"<[^>]+>", "", html))
+        assert _squash(first) in _squash(text), (name, home, first)
+
+
+def test_bench_tables_are_generated_from_the_json():
+    gen = _load_gen_tables()
+    assert gen.main(["--check"]) == 0, "run: python docs/gen_tables.py"
+    runs = gen.load_runs()
+    assert runs, "no docs/bench/*.json"
+    for name, run in runs.items():
+        assert run["date"] and run["machine"] and run["result"].get("benchmark") == name
+    readme = (ROOT / "README.md").read_text()
+    assert gen.START in readme and gen.headline(runs) in readme
+
+
+def test_pages_include_generated_tables_not_typed_figures():
+    """A page with bench figures takes them from docs/bench/tables (snippets)."""
+    for page in ("benchmarks.md", "index.md", "guide/cache.md", "guide/shards.md"):
+        text = (DOCS / page).read_text()
+        assert '--8<-- "bench/tables/' in text, page
+    for snippet in re.findall(r'--8<-- "([^"]+)"', (DOCS / "benchmarks.md").read_text()):
+        assert (DOCS / snippet).is_file(), snippet
+
+
+def test_readme_is_short_and_starts_with_the_two_commands():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, len(lines)
+    first = lines.index("```bash")
+    assert lines[first + 1 : first + 3] == [
+        'python3 -m venv .venv && . .venv/bin/activate && pip install "torch==2.13.0" -e . '
+        "&& unstall demo",
+        'python3 -m venv .venv && . .venv/bin/activate && pip install "torch==2.13.0" -e ".[test]" '
+        "&& pytest",
+    ]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert 'pip install -q "torch==2.13.0" -e ".[test]"' in ci  # the same command runs in CI
+
+
+def test_report_picture_is_not_blank_and_its_run_is_kept():
+    assert _plot_pixels(REPORT_PNG) > 0.01
+    run = json.loads((DOCS / "analyze-report.json").read_text())
+    assert run["date"] and run["machine"] and run["command"].startswith("unstall analyze")
+    assert run["report"]["bottleneck"] in ("compute", "prep", "fetch")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+@needs_mkdocs
+@pytest.mark.parametrize("page", ["", "guide/analyze/"])
+def test_pages_render_in_headless_chromium_with_the_report_picture(site, page, tmp_path):
+    served, url = _serve(site)
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [
+            *_chromium_flags(tmp_path),
+            f"--screenshot={shot}",
+            "--window-size=1280,2200",
+            "--virtual-time-budget=5000",
+            url + page,
+        ],
+        check=True,
+        timeout=90,
+        capture_output=True,
+    )
+    # the page and the picture were asked for and served
+    assert ("/" + page, 200) in served, served
+    assert ("/analyze-report.png", 200) in served, served
+    image = np.asarray(Image.open(shot).convert("RGB"))
+    assert image.shape[0] >= 1000 and image.std() > 20  # rendered, not one flat colour
+    assert len(np.unique(image.reshape(-1, 3), axis=0)) > 500
+    # the report's plot colours are on the screen: the picture shows
+    assert _plot_pixels(shot) > 0.002
+
+
+# helpers ------------------------------------------------------------------------------
+
+
+def _plot_pixels(path: Path) -> float:
+    """Share of pixels in the report's plot colours (blue compute, orange prep bars)."""
+    flat = np.asarray(Image.open(path).convert("RGB"), dtype=np.int16).reshape(-1, 3)
+    hits = np.zeros(len(flat), dtype=bool)
+    for rgb in PLOT_RGB.values():
+        hits |= np.abs(flat - np.array(rgb)).sum(axis=1) < 24
+    return float(hits.mean())
+
+
+def _serve(root: Path) -> tuple[list[tuple[str, int]], str]:
+    served: list[tuple[str, int]] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_request(self, code="-", size="-"):
+            served.append((self.path.split("?")[0], int(code)))
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(root))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return served, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def _chromium_flags(tmp_path: Path) -> list[str]:
+    return [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _load_gen_tables():
+    spec = importlib.util.spec_from_file_location("gen_tables", DOCS / "gen_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def test_readme_links_point_at_pages_and_headings_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", readme)
+    assert len(links) >= 10
+    for link in links:
+        if link.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        assert target.is_file(), link
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", target.read_text(), flags=re.M)
+            slugs = {re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-") for h in headings}
+            assert anchor in slugs, (link, sorted(slugs))
