@@ -107,10 +107,11 @@ def test_readme_is_short_and_starts_with_the_two_commands():
         'python3 -m venv .venv && . .venv/bin/activate && pip install "torch==2.13.0" -e . '
         "&& unstall demo",
         'python3 -m venv .venv && . .venv/bin/activate && pip install "torch==2.13.0" -e ".[test]" '
-        "&& pytest",
+        '&& pytest -n 2 -m "not serial" && pytest -m serial',
     ]
-    ci = (ROOT / ".ci" / "run").read_text()
-    assert 'pip install -q "torch==2.13.0" -e ".[test]"' in ci  # the same command runs in CI
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()  # the same commands run in CI
+    assert 'pip install -q "torch==2.13.0" -e ".[test]"' in ci
+    assert ci[-2:] == ['pytest -n 2 -m "not serial"', "pytest -m serial"]
 
 
 def test_report_picture_is_not_blank_and_its_run_is_kept():

@@ -47,7 +47,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             random draws (torch, numpy, `random`) are seeded from ``(seed, e, b, rank)``
             alone, whichever worker or job prepares it (so ``num_workers`` does not change
             them). Default, without ``rank``/``world_size``/``coordinate``: torch's order and
-            draws exactly (README, "What differs from torch"); with them:
+            draws exactly (docs/guide/loader.md, "What differs from torch"); with them:
             ``torch.initial_seed()`` (or a draw from ``generator``), 0 with ``world_size > 1``.
         rank, world_size: this process's shard of every epoch (like
             `DistributedSampler`); default: one shard, as torch's loader.
@@ -72,7 +72,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             and no ``device``, so torch pins as before).
         coordinate: a group name (or True: named from the dataset's fingerprint).
             Loaders on this node in the same group prepare each batch once and share
-            it through shared memory (see README, "Coordinated preparation").
+            it through shared memory (see docs/guide/sweeps.md).
 
     Each ``iter()`` runs one epoch: epoch numbers advance by themselves, or are set
     with `set_epoch`. `state_dict` records the position; `load_state_dict` makes the

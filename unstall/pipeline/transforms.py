@@ -5,9 +5,8 @@ Same semantics as torchvision's ``RandomResizedCrop(224)`` + ``RandomHorizontalF
 image header first, the JPEG is decoded at the smallest DCT scale that keeps the
 crop at least the output size, and the crop is resized with torch's uint8 kernel.
 
-Measured, one core, 500x375 ~76 KB JPEGs (see README.md): torchvision's way
-(`TorchReferencePipeline`) 520-640 images/s; this one ~1000 (float32) and ~1040
-(uint8); on 1500x1125 photos, 69 vs 176-182.
+`unstall bench prep` measures this pipeline against torchvision's way
+(`TorchReferencePipeline`) in the same run, float32 and uint8.
 """
 
 from __future__ import annotations
