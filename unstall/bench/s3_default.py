@@ -10,6 +10,7 @@ The disk tier lives in a temporary ``$UNSTALL_CACHE_DIR``, removed afterwards.
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -64,6 +65,8 @@ def default_epoch2(
             for f in files
         )
         s3_loader.close()
+        del s3_loader  # its cache's finalizer leaves the disk tier before the directory goes
+        gc.collect()
     ours, base = median_of(s3_runs), median_of(local_runs)
     return {
         "requests": int(max(e.get("store", {}).get("requests", -1) for e in epochs[1:])),

@@ -268,13 +268,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         return owning_workers(it, raw, self)
 
     def close(self) -> None:
-        """Free the loader's shared-memory slots and its cache's mappings now (also done when
-        it is collected)."""
+        """Free the loader's shared-memory slots now (also done when it is collected)."""
         if self._handoff is not None:
             self._handoff.close()
-        layer_close = getattr(getattr(self, "_fetch_layer", None), "close", None)
-        if layer_close is not None:
-            layer_close()
         if getattr(self, "_coordination", None) is not None:  # issue 18: leave the group
             self._coordination.close()
 
