@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from unstall.analysis.runs import Workload
+from unstall.analysis.measure.workload import Workload
 from unstall.data import FileDataset
 from unstall.models.simulated import SimulatedAccelerator
 from unstall.stores.local import LocalStore
@@ -128,7 +128,7 @@ def check_model_rate(report: dict, g: float) -> None:
     if not slowed:
         assert report["ingestion_rate"] == pytest.approx(alone, rel=0.02), report["runs"]
         return
-    from unstall.analysis.scriptrates import MODEL_SLOWED
+    from unstall.analysis.rates.script import MODEL_SLOWED
 
     rate = report["ingestion_rate"]
     assert 0.5 * g < rate < MODEL_SLOWED * alone, report["runs"]

@@ -94,12 +94,12 @@ def test_a_failing_script_shows_its_last_lines(tmp_path):
 
 
 def test_every_rank_reported_and_the_slowest_named():
-    from unstall.analysis.script import _rank_table
+    from unstall.analysis.measure.script.runner import rank_table
 
     def doc(rank: int, step_s: float, wait_s: float) -> dict:
         return {"rank": rank, "steps": [[wait_s, step_s - wait_s, 32]] * 10}
 
-    rows = _rank_table([doc(0, 0.1, 0.02), doc(1, 0.2, 0.15), doc(2, 0.1, 0.01)])
+    rows = rank_table([doc(0, 0.1, 0.02), doc(1, 0.2, 0.15), doc(2, 0.1, 0.01)])
     assert [r["rank"] for r in rows] == [1, 0, 2]  # slowest first
     assert rows[0] == {"rank": 1, "samples_per_s": 160.0, "wait_share": 0.75}
 
@@ -157,7 +157,7 @@ def test_a_hung_run_is_stopped_whole_and_says_where_it_was(tmp_path):
 def test_a_script_that_ends_but_leaves_a_process_holding_its_output_is_ended_too(tmp_path):
     """The script exits, a server it started keeps its output open: past the time the run is
     said to have ended, and the server it left goes (SIGINT ignored: SIGKILL)."""
-    from unstall.analysis.hang import RunTimedOut, run_script
+    from unstall.analysis.measure.script.hang import RunTimedOut, run_script
 
     pid_file = tmp_path / "pid"
     script = (
