@@ -77,6 +77,33 @@ def shm_clean() -> Iterator[None]:
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def analyze_here(cwd: Path, argv: list[str], *, pythonpath: str = "") -> tuple[int, str]:
+    """``unstall ARGV`` run by the CLI's own `main` in this process, from ``cwd``, with
+    ``PYTHONPATH`` the checkout (and ``pythonpath``) as a shell started from it would have:
+    (exit code, what it printed). The script's runs are processes of their own as ever; the
+    analyzer is not (no interpreter, torch or matplotlib started again per analysis)."""
+    import contextlib
+    import io
+
+    from unstall.cli import main
+
+    printed = io.StringIO()
+    before = os.environ.get("PYTHONPATH")
+    here = os.getcwd()
+    os.environ["PYTHONPATH"] = ":".join(filter(None, [str(ROOT), pythonpath]))
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(printed):
+            code = main(argv)
+    finally:
+        os.chdir(here)
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+    return code, printed.getvalue()
+
+
 def run_analyze(
     tmp_path: Path,
     options: list[str],
@@ -85,36 +112,25 @@ def run_analyze(
     timeout: float = 280,
     pythonpath: str = "",
 ) -> dict:
-    """``unstall analyze OPTIONS --json F --html D -- COMMAND`` in a subprocess; its report."""
+    """``unstall analyze OPTIONS --json F --html D -- COMMAND`` (`analyze_here`); its report."""
     import json
-    import subprocess
-    import sys
 
     out = tmp_path / "report.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "unstall",
-            "analyze",
-            # a run that hangs fails the test with where each process was, within its time
-            "--run-timeout",
-            str(min(100, timeout / 2)),
-            *options,
-            "--json",
-            str(out),
-            "--html",
-            str(tmp_path / "html"),
-            "--",
-            *command,
-        ],
-        env={**os.environ, "PYTHONPATH": ":".join(filter(None, [str(ROOT), pythonpath]))},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    argv = [
+        "analyze",
+        # a run that hangs fails the test with where each process was, within its time
+        "--run-timeout",
+        str(min(100, timeout / 2)),
+        *options,
+        "--json",
+        str(out),
+        "--html",
+        str(tmp_path / "html"),
+        "--",
+        *command,
+    ]
+    code, printed = analyze_here(tmp_path, argv, pythonpath=pythonpath)
+    assert code == 0, printed
     return json.loads(out.read_text())
 
 
