@@ -55,9 +55,11 @@ def make_workload(
     return Workload(dataset, accel.step, batch_size=batch_size, num_workers=workers, name="truth")
 
 
-@pytest.fixture
-def truth_files(tmp_path: Path) -> Iterator[tuple[Path, list[str]]]:
-    yield tmp_path, write_files(tmp_path, 640, 20_000)
+@pytest.fixture(scope="module")
+def truth_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[str]]]:
+    """640 files of 20 KB, written once for the module's workloads (which only read them)."""
+    root = tmp_path_factory.mktemp("truth")
+    yield root, write_files(root, 640, 20_000)
 
 
 def own_segments() -> set[str]:

@@ -11,8 +11,10 @@ direction, a sub-package per stage, each reading only the result of the one befo
 - `recommend` -> `Advice`: the loader settings to use and the remedies, priced;
 - `report`: the report as data (JSON), terminal tables, HTML, Chrome trace.
 
-`pipeline` runs them in order. A later stage may read an earlier stage's types and
-constants; it never calls an earlier stage's functions.
+`pipeline` runs them in order. A stage reads the result of the one before (and the
+types and constants of earlier ones); it calls no earlier stage's functions, except
+that the recommend stage prices its candidates with the model's `predict`. Nothing
+after `measure` measures; the report computes nothing, it lays out.
 """
 
 from unstall.analysis.measure.workload import Workload
