@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 import torch
 
-
 #: Tests that measure time or rates (they need the cores to themselves), or that compare all of
 #: /dev/shm before and after (another test running beside them would show): the ``serial``
 #: marker. The suite runs the rest on two processes, then these alone (README, `.ci/run`):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from unstall.analysis.runs import Workload
+from unstall.analysis.measure.workload import Workload
 from unstall.data import FileDataset
 from unstall.models.simulated import SimulatedAccelerator
 from unstall.stores.local import LocalStore
@@ -55,9 +55,11 @@ def make_workload(
     return Workload(dataset, accel.step, batch_size=batch_size, num_workers=workers, name="truth")
 
 
-@pytest.fixture
-def truth_files(tmp_path: Path) -> Iterator[tuple[Path, list[str]]]:
-    yield tmp_path, write_files(tmp_path, 640, 20_000)
+@pytest.fixture(scope="module")
+def truth_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[str]]]:
+    """640 files of 20 KB, written once for the module's workloads (which only read them)."""
+    root = tmp_path_factory.mktemp("truth")
+    yield root, write_files(root, 640, 20_000)
 
 
 def own_segments() -> set[str]:
@@ -77,6 +79,33 @@ def shm_clean() -> Iterator[None]:
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def analyze_here(cwd: Path, argv: list[str], *, pythonpath: str = "") -> tuple[int, str]:
+    """``unstall ARGV`` run by the CLI's own `main` in this process, from ``cwd``, with
+    ``PYTHONPATH`` the checkout (and ``pythonpath``) as a shell started from it would have:
+    (exit code, what it printed). The script's runs are processes of their own as ever; the
+    analyzer is not (no interpreter, torch or matplotlib started again per analysis)."""
+    import contextlib
+    import io
+
+    from unstall.cli import main
+
+    printed = io.StringIO()
+    before = os.environ.get("PYTHONPATH")
+    here = os.getcwd()
+    os.environ["PYTHONPATH"] = ":".join(filter(None, [str(ROOT), pythonpath]))
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(printed):
+            code = main(argv)
+    finally:
+        os.chdir(here)
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+    return code, printed.getvalue()
+
+
 def run_analyze(
     tmp_path: Path,
     options: list[str],
@@ -85,36 +114,25 @@ def run_analyze(
     timeout: float = 280,
     pythonpath: str = "",
 ) -> dict:
-    """``unstall analyze OPTIONS --json F --html D -- COMMAND`` in a subprocess; its report."""
+    """``unstall analyze OPTIONS --json F --html D -- COMMAND`` (`analyze_here`); its report."""
     import json
-    import subprocess
-    import sys
 
     out = tmp_path / "report.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "unstall",
-            "analyze",
-            # a run that hangs fails the test with where each process was, within its time
-            "--run-timeout",
-            str(min(100, timeout / 2)),
-            *options,
-            "--json",
-            str(out),
-            "--html",
-            str(tmp_path / "html"),
-            "--",
-            *command,
-        ],
-        env={**os.environ, "PYTHONPATH": ":".join(filter(None, [str(ROOT), pythonpath]))},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    argv = [
+        "analyze",
+        # a run that hangs fails the test with where each process was, within its time
+        "--run-timeout",
+        str(min(100, timeout / 2)),
+        *options,
+        "--json",
+        str(out),
+        "--html",
+        str(tmp_path / "html"),
+        "--",
+        *command,
+    ]
+    code, printed = analyze_here(tmp_path, argv, pythonpath=pythonpath)
+    assert code == 0, printed
     return json.loads(out.read_text())
 
 
@@ -128,7 +146,7 @@ def check_model_rate(report: dict, g: float) -> None:
     if not slowed:
         assert report["ingestion_rate"] == pytest.approx(alone, rel=0.02), report["runs"]
         return
-    from unstall.analysis.scriptrates import MODEL_SLOWED
+    from unstall.analysis.rates.script import MODEL_SLOWED
 
     rate = report["ingestion_rate"]
     assert 0.5 * g < rate < MODEL_SLOWED * alone, report["runs"]

@@ -8,6 +8,7 @@ carries the training loop and list the others.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -25,6 +26,14 @@ def analyze(tmp_path: Path, script: str, *args: str) -> dict:
     return run_analyze(tmp_path, options, command, pythonpath=str(FRAMEWORKS))
 
 
+def needs(*modules: str) -> None:
+    """Skip unless ``modules`` are installed: only the script imports them (importing
+    Lightning or transformers here, to check, would cost every run of the suite seconds)."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed")
+
+
 def measured_loader(report: dict) -> dict:
     (row,) = [r for r in report["loaders"] if r["measured"]]
     return row
@@ -32,7 +41,7 @@ def measured_loader(report: dict) -> dict:
 
 @pytest.mark.timeout(300)
 def test_lightning_one_device_measures_the_training_loader(tmp_path):
-    pytest.importorskip("lightning")
+    needs("lightning")
     report = analyze(tmp_path, "lightning_train.py", "--samples", "4096", "--epochs", "40")
     row = measured_loader(report)
     # Lightning makes the validation loader first (its sanity check runs 2 batches, then a pass
@@ -48,7 +57,7 @@ def test_lightning_one_device_measures_the_training_loader(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_lightning_ddp_two_ranks_stop_together_and_are_both_reported(tmp_path):
-    pytest.importorskip("lightning")
+    needs("lightning")
     report = analyze(tmp_path, "lightning_ddp.py", "--samples", "4096", "--epochs", "40")
     assert sorted(r["rank"] for r in report["ranks"]) == [0, 1]
     row = measured_loader(report)
@@ -59,8 +68,7 @@ def test_lightning_ddp_two_ranks_stop_together_and_are_both_reported(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_hf_trainer_measures_accelerates_loader(tmp_path):
-    pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
+    needs("transformers", "accelerate")
     report = analyze(tmp_path, "hf_trainer.py", "--samples", "2048", "--epochs", "40")
     row = measured_loader(report)
     # the Trainer's own DataLoader is replaced by accelerate's before any batch

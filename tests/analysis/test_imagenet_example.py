@@ -12,7 +12,7 @@ import pytest
 
 from tests.analysis.conftest import check_model_rate, run_analyze
 from tests.conftest import write_jpegs
-from unstall.analysis.script import SPREAD
+from unstall.analysis.measure.script.verify import SPREAD
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "imagenet_like.py"

@@ -6,8 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from unstall.analysis.model import Config, Rates, hit_rate, parse_what_if, predict
-from unstall.analysis.recommend import grid, recommend
+from unstall.analysis.measure.machine import read_machine
+from unstall.analysis.model.predict import Config, hit_rate, predict
+from unstall.analysis.model.whatif import grid, parse_what_if
+from unstall.analysis.rates.result import Rates
+from unstall.analysis.recommend.search import recommend
 
 RATES = Rates(
     ingestion=1000.0,
@@ -71,7 +74,8 @@ def test_grid_and_recommendation():
     base = Config(workers=2, batch_size=16, inflight=16)
     rows = grid(RATES, base, 10_000)
     assert len(rows) >= 8 and {r["cache"] for r in rows} >= {0.0, 0.5, 1.0}
-    rec = recommend(RATES, base, 10_000, measured=200.0)
+    room = read_machine().cache_room_bytes  # this node's shared memory, as the analyzer reads it
+    rec = recommend(RATES, base, 10_000, measured=200.0, cache_room_bytes=room)
     assert rec["predicted_samples_per_s"] > 200 and rec["predicted_speedup"] > 1
     assert rec["kwargs"]["num_workers"] >= 1
     assert rec["kwargs"].get("cache", 0) <= rec["limits"]["max_cache_fraction"]

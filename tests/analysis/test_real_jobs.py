@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.analysis.conftest import check_model_rate, run_analyze
-from unstall.analysis.steady import Handout, burst_depth, steady_window
+from unstall.analysis.measure.steady import Handout, burst_depth, steady_window
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "analysis" / "scripts" / "burn_train.py"

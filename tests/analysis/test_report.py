@@ -15,7 +15,7 @@ from PIL import Image
 
 from tests.analysis.conftest import make_workload, write_files
 from unstall.analysis import analyze_workload, report_of
-from unstall.analysis.html import TITLES
+from unstall.analysis.report.html import TITLES
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_renders_in_headless_chromium(report, tmp_path):
 
 def test_timeline_tells_waiting_from_fetching(report):
     """The loop's waits and the workers' fetches have their own colours in the timeline."""
-    from unstall.analysis.html import COLORS
+    from unstall.analysis.report.html import COLORS
 
     assert COLORS["wait"] != COLORS["fetch"]
     pixels = np.asarray(Image.open(Path(report["html"]).parent / "timeline.png").convert("RGB"))
@@ -129,28 +129,37 @@ def test_timeline_tells_waiting_from_fetching(report):
 
 def test_unknown_rates_are_null_with_a_reason():
     """A rate not measured is None with its reason, never infinite; nothing rests on it."""
-    from unstall.analysis.core import Analysis
-    from unstall.analysis.model import Rates
-    from unstall.analysis.report import build_report
-    from unstall.analysis.runs import Run
+    from unstall.analysis.measure.machine import Machine
+    from unstall.analysis.measure.result import Measurement
+    from unstall.analysis.measure.runs import Run
+    from unstall.analysis.model.stage import model_of
+    from unstall.analysis.rates.result import Derived, Rates
+    from unstall.analysis.recommend.stage import advise
+    from unstall.analysis.report.build import build_report
 
     run = Run("cold", 800, 2.0, 1.0, 1.0, 100, 0.0, step_s=[0.02] * 100)
-    a = Analysis(
+    m = Measurement(
         workload="w",
+        mode="workload",
         runs={"synthetic": run, "cached": run, "cold": run},
-        rates=Rates(800.0, 0.0, 2.0, 1.0, 1e12, 0.0),
         probe=None,
         num_workers=4,
         batch_size=8,
         num_samples=800,
+        machine=Machine(2, None, False, None),
         split=False,
         cached_how="",
+    )
+    d = Derived(
+        measurement=m,
+        rates=Rates(800.0, 0.0, 2.0, 1.0, 1e12, 0.0),
         stall={"compute": 0.5, "prep": 0.5, "fetch": 0.0},
+        measured=run.samples_per_s,
+        fetch_rate=None,
         bottleneck="prep",
-        fetch_rate=0.0,
         unknown={"prep": "no worker timings", "fetch": "no worker timings"},
     )
-    report = build_report(a)
+    report = build_report(advise(model_of(d)))
     assert report["prep_rate"] is None and report["fetch_rate"] is None
     assert report["prep_rate_per_worker"] is None
     assert report["not_measured"]["prep"] == "no worker timings"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.analysis.conftest import analyze_here
 from unstall.loader.settings import load_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,12 +23,9 @@ def test_script_mode_runs_stops_and_leaves_nothing(tmp_path):
     out = tmp_path / "report.json"
     rec = tmp_path / "rec.json"
     before = set(os.listdir("/dev/shm"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
+    code, printed = analyze_here(
+        tmp_path,
         [
-            sys.executable,
-            "-m",
-            "unstall",
             "analyze",
             "--steps",
             "8",
@@ -49,13 +46,8 @@ def test_script_mode_runs_stops_and_leaves_nothing(tmp_path):
             "--samples",
             "2048",
         ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=170,
-        cwd=tmp_path,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert code == 0, printed
     report = json.loads(out.read_text())
     for mode in ("synthetic", "cold", "cached"):
         run = report["runs"][mode]
@@ -81,25 +73,20 @@ def test_script_mode_runs_stops_and_leaves_nothing(tmp_path):
 def test_a_failing_script_shows_its_last_lines(tmp_path):
     script = tmp_path / "bad.py"
     script.write_text("print('loading the data...')\nraise SystemExit('no such folder: /data')\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "unstall", "analyze", "--quick", "--", sys.executable, str(script)],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
+    code, printed = analyze_here(
+        tmp_path, ["analyze", "--quick", "--", sys.executable, str(script)]
     )
-    assert done.returncode == 2
-    assert "no such folder: /data" in done.stdout and "loading the data" in done.stdout
+    assert code == 2
+    assert "no such folder: /data" in printed and "loading the data" in printed
 
 
 def test_every_rank_reported_and_the_slowest_named():
-    from unstall.analysis.script import _rank_table
+    from unstall.analysis.measure.script.runner import rank_table
 
     def doc(rank: int, step_s: float, wait_s: float) -> dict:
         return {"rank": rank, "steps": [[wait_s, step_s - wait_s, 32]] * 10}
 
-    rows = _rank_table([doc(0, 0.1, 0.02), doc(1, 0.2, 0.15), doc(2, 0.1, 0.01)])
+    rows = rank_table([doc(0, 0.1, 0.02), doc(1, 0.2, 0.15), doc(2, 0.1, 0.01)])
     assert [r["rank"] for r in rows] == [1, 0, 2]  # slowest first
     assert rows[0] == {"rank": 1, "samples_per_s": 160.0, "wait_share": 0.75}
 
@@ -135,17 +122,12 @@ def test_a_hung_run_is_stopped_whole_and_says_where_it_was(tmp_path):
     script.write_text(HUNG)
     pids_file = tmp_path / "pids"
     before = set(os.listdir("/dev/shm"))
-    command = [sys.executable, "-m", "unstall", "analyze", "--quick", "--run-timeout", "12"]
-    done = subprocess.run(
-        [*command, "--", sys.executable, str(script), str(pids_file)],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=90,
-        cwd=tmp_path,
+    command = ["analyze", "--quick", "--run-timeout", "12"]
+    code, printed = analyze_here(
+        tmp_path, [*command, "--", sys.executable, str(script), str(pids_file)]
     )
-    out = " ".join(done.stdout.split())  # rich folds long lines
-    assert done.returncode == 2, done.stdout + done.stderr
+    out = " ".join(printed.split())  # rich folds long lines
+    assert code == 2, printed
     assert "the synthetic run of" in out and "did not end within 12 s and was stopped" in out
     assert "in stuck_in_a_collective" in out and "now waiting on the other rank" in out
     pids = [int(p) for p in pids_file.read_text().split()]
@@ -157,7 +139,7 @@ def test_a_hung_run_is_stopped_whole_and_says_where_it_was(tmp_path):
 def test_a_script_that_ends_but_leaves_a_process_holding_its_output_is_ended_too(tmp_path):
     """The script exits, a server it started keeps its output open: past the time the run is
     said to have ended, and the server it left goes (SIGINT ignored: SIGKILL)."""
-    from unstall.analysis.hang import RunTimedOut, run_script
+    from unstall.analysis.measure.script.hang import RunTimedOut, run_script
 
     pid_file = tmp_path / "pid"
     script = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from unstall.analysis.timeline import LOOP, MAIN, MAIN_TID, chrome_trace, lanes
+from unstall.analysis.report.timeline import LOOP, MAIN, MAIN_TID, chrome_trace, lanes
 
 # (wait start, wait end, worker, start, fetch end, end, prepare CPU, samples)
 SPANS = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from unstall.analysis import script
+from unstall.analysis.measure.script import verify
 
 
 def _verify(monkeypatch, changed: bool, rates: list[float], before: float = 400.0) -> dict:
@@ -17,7 +17,7 @@ def _verify(monkeypatch, changed: bool, rates: list[float], before: float = 400.
         asked.append(kwargs)
         return rates[len(asked) - 1]
 
-    monkeypatch.setattr(script, "_rate_under", rate_under)
+    monkeypatch.setattr(verify, "_rate_under", rate_under)
     report = {
         "measured_samples_per_s": before,
         "recommendation": {
@@ -26,7 +26,9 @@ def _verify(monkeypatch, changed: bool, rates: list[float], before: float = 400.
             "predicted_samples_per_s": 480.0,
         },
     }
-    v = script.verify_recommendation(["python", "train.py"], report, {})
+    v = verify.verify_recommendation(
+        ["python", "train.py"], report["recommendation"], report["measured_samples_per_s"], {}
+    )
     assert asked == [{"num_workers": 6}] + [None] * (len(asked) - 1)
     v["runs"] = len(asked)
     return v

@@ -20,11 +20,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from unstall.analysis.core import analyze_workload
-from unstall.analysis.model import Config, predict
-from unstall.analysis.probe import probe_storage
-from unstall.analysis.recommend import recommend
-from unstall.analysis.runs import Workload, loader_run, step_indices
+from unstall.analysis.measure.probe import probe_storage
+from unstall.analysis.measure.runs import loader_run
+from unstall.analysis.measure.workload import Workload, step_indices
+from unstall.analysis.model.predict import Config, predict
+from unstall.analysis.pipeline import analyze_workload
+from unstall.analysis.recommend.search import recommend
 from unstall.bench.harness import BenchResult
 from unstall.cache import Cache
 from unstall.data import FileDataset
@@ -152,7 +153,13 @@ def run(*, quick: bool, console: Any = None) -> BenchResult:
             base_config, rates, all_keys, local, all_labels, warmup, hard_steps, say
         )
         rows += _s3_cells(rates, keys, local, labels, warmup, steps, say)
-        rec = recommend(rates, base_config, len(keys), a.runs["cold"].samples_per_s)
+        rec = recommend(
+            rates,
+            base_config,
+            len(keys),
+            a.runs["cold"].samples_per_s,
+            cache_room_bytes=a.measurement.machine.cache_room_bytes,
+        )
         w, c = rec["kwargs"]["num_workers"], rec["kwargs"].get("cache", 0.0)
         say(f"recommended: {rec['kwargs']} predicted {rec['predicted_samples_per_s']}/s")
         rec_config = replace(base_config, workers=w, cache=c)

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     }
     try:
         if command:
-            from unstall.analysis.script import analyze_script
+            from unstall.analysis.pipeline import analyze_script
 
             report = analyze_script(
                 command,
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
 
         console.print(f"unstall analyze: {escape(str(exc))}")
         return 2
-    from unstall.analysis.report import print_summary
+    from unstall.analysis.report.terminal import print_summary
 
     print_summary(report, console)
     config_path = args.config_out or os.path.join(args.html, "recommendation.json")
@@ -146,8 +146,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _builtin(args: argparse.Namespace, console, common: dict) -> dict:
-    from unstall.analysis import analyze
-    from unstall.analysis.report import progress_bar
+    from unstall.analysis.pipeline import analyze
+    from unstall.analysis.progress import progress_bar
 
     with progress_bar(console) as bar:
         task = bar.add_task("starting", total=5)

@@ -4,7 +4,7 @@
 given keys. A *version* is one int64 that changes whenever the object's bytes may
 have: a local file's size, ``st_mtime_ns`` and inode; an S3 object's size and
 ETag. Caches store it beside each item and serve an item only to a reader that
-expects the same version (`unstall.cache.shm_cache`). It is never 0 (0 means
+expects the same version (`unstall.cache.shm.index`). It is never 0 (0 means
 "unversioned").
 
 Columns rather than one object per entry, so a listing of millions of objects

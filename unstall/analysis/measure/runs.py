@@ -9,9 +9,7 @@ without the cache; ``fetch`` has the workers only fetch (no prepare, no model).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -19,81 +17,10 @@ from typing import Any
 
 import torch
 
-from unstall.analysis.procstat import machine_busy_s, workers_cpu
-from unstall.analysis.steady import burst_depth, loader_worker_pids
-from unstall.loader import DataLoader, SplitDataset
-from unstall.loader.sampling import OrderSpec
-
-
-@dataclass
-class Workload:
-    """What the analyzer runs: a dataset, how it is loaded, and the model's step.
-
-    Args:
-        dataset: the training dataset (map-style). One with ``fetch``/``prepare``
-            (`unstall.FileDataset`) is measured fetch and prepare apart; a plain one
-            is split by the workers' CPU time (prepare) and the rest (fetch).
-        step: trains on one batch (returns when the step is done).
-        batch_size, num_workers, seed: the loader's settings.
-        loader_kwargs: other `unstall.DataLoader` arguments (``collate_fn``, ``device``...).
-        to_device: puts a host batch where ``step`` wants it (the synthetic run keeps
-            one such batch).
-        name: shown in the report.
-    """
-
-    dataset: Any
-    step: Callable[[Any], None]
-    batch_size: int
-    num_workers: int
-    seed: int = 0
-    loader_kwargs: dict[str, Any] = field(default_factory=dict)
-    to_device: Callable[[Any], Any] | None = None
-    name: str = "workload"
-
-    @property
-    def split(self) -> bool:
-        return isinstance(self.dataset, SplitDataset)
-
-    def order(self) -> OrderSpec:
-        return OrderSpec(
-            num_samples=len(self.dataset),
-            batch_size=self.batch_size,
-            shuffle=True,
-            drop_last=True,
-            seed=self.seed,
-        )
-
-    def loader(self, *, cache: Any = None, **extra: Any) -> DataLoader:
-        """An `unstall.DataLoader` over the known order (seeded, shuffled), spans recorded."""
-        kwargs = {
-            "batch_size": self.batch_size,
-            "shuffle": True,
-            "drop_last": True,
-            "num_workers": self.num_workers,
-            "seed": self.seed,
-            "cache": cache if cache is not None else False,  # no default disk tier either
-            **self.loader_kwargs,
-            **extra,
-        }
-        with timeline_on():
-            return DataLoader(self.dataset, **kwargs)
-
-
-@contextlib.contextmanager
-def timeline_on() -> Iterator[None]:
-    """Loaders made inside keep per-batch spans (``stats()["timeline"]``)."""
-    from unstall.loader import schedclock
-
-    before = os.environ.get("UNSTALL_TIMELINE")
-    os.environ["UNSTALL_TIMELINE"] = "1"
-    schedclock.enable()  # stays on: the workers start later, at iter()
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("UNSTALL_TIMELINE", None)
-        else:
-            os.environ["UNSTALL_TIMELINE"] = before
+from unstall.analysis.measure.procstat import machine_busy_s, workers_cpu
+from unstall.analysis.measure.steady import burst_depth, loader_worker_pids
+from unstall.analysis.measure.workload import Workload
+from unstall.loader import DataLoader
 
 
 @dataclass
@@ -257,48 +184,6 @@ def loader_run(
     run.spans = [s for s in stats.pop("timeline", []) if s[0] >= run.start]
     run.stats = stats
     return run
-
-
-def step_indices(work: Workload, batches: int) -> list[int]:
-    """The sample indices the first ``batches`` batches of epoch 0 read, in order."""
-    out: list[int] = []
-    for b, indices in enumerate(work.order().batches(0)):
-        if b >= batches:
-            break
-        out.extend(indices)
-    return out
-
-
-def evict(dataset: Any, indices: Sequence[int]) -> bool:
-    """Drop these samples' files from the page cache (no root needed); False if not files."""
-    store = getattr(dataset, "store", None)
-    while store is not None and not hasattr(store, "drop_page_cache"):
-        store = getattr(store, "inner", None)
-    if store is None or not hasattr(dataset, "key"):
-        return False
-    store.drop_page_cache([dataset.key(i) for i in indices])
-    return True
-
-
-@contextlib.contextmanager
-def filled_cache(dataset: Any, indices: Sequence[int], sample_bytes: float) -> Iterator[Any]:
-    """An unstall `Cache` holding exactly ``indices`` (filled before timing); removed after."""
-    from unstall.cache import Cache
-
-    store = getattr(dataset, "store", None)
-    bypass = getattr(store, "bypass_page_cache", None)
-    capacity = int(sample_bytes * len(indices) * 1.5) + (8 << 20)
-    name = f"analyze-{os.getpid()}-{random.getrandbits(32):08x}"
-    cache = Cache(capacity, name=name, keep=0)  # the analyzer's own: never kept for a next job
-    try:
-        layer = cache.bind(dataset)
-        for i in range(0, len(indices), 64):
-            layer.fetch(dataset, list(indices[i : i + 64]))
-        yield cache
-    finally:
-        cache.close()
-        if bypass is not None:
-            store.bypass_page_cache = bypass
 
 
 class FetchOnly(torch.utils.data.Dataset):

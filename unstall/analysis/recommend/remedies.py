@@ -7,7 +7,7 @@ short measurements on the job's own samples, never assumed:
 
 - ``lean``: unstall's `ImagePipeline(output="uint8")` (decode at reduced scale, crop,
   flip; normalize on the device), timed beside the job's own ``dataset[i]`` on a few of
-  its JPEGs, in the job's process (`unstall.analysis.agent`);
+  its JPEGs, in the job's process (`unstall.analysis.measure.script.lean`);
 - ``coordinate``: K jobs of a sweep on one node preparing each batch once;
 - ``gpu``: GPU decode, where a GPU decoder and a CUDA device are present (its rate is
   not guessed: measured on that machine, or reported as not measured);
@@ -17,15 +17,11 @@ short measurements on the job's own samples, never assumed:
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import replace
 from typing import Any
 
-from unstall.analysis.model import Config, Rates, predict
-
-#: Images timed for the lean pipeline (enough for a stable mean, a fraction of a second).
-LEAN_SAMPLES = 24
+from unstall.analysis.model.predict import Config, predict
+from unstall.analysis.rates.result import Rates
 
 
 def remedies(
@@ -36,8 +32,12 @@ def remedies(
     measured: float,
     probe: dict[str, float] | None,
     unknown: dict[str, str],
+    cuda: bool = False,
+    decoder: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Each remedy that applies to this bottleneck, with its prediction or why it has none."""
+    """Each remedy that applies to this bottleneck, with its prediction or why it has none
+    (``probe``: the lean pipeline timed beside the job's own ``dataset[i]``; ``cuda``,
+    ``decoder``: the machine's GPU decode, as measured)."""
     out: list[dict[str, Any]] = []
     if bottleneck == "prep" and "prep" not in unknown:
         out.append(_lean(rates, base, probe, measured))
@@ -55,7 +55,7 @@ def remedies(
                     config={"kwargs": {"coordinate": "sweep"}},
                 )
             )
-        out.append(_gpu())
+        out.append(_gpu(cuda, decoder))
     if bottleneck == "fetch" and "fetch" not in unknown:
         local = replace(rates, latency_s=0.0, bandwidth=1e12)
         out.append(
@@ -113,44 +113,9 @@ def _lean(
     return row
 
 
-def lean_pipeline_cpu(files: list[str]) -> float | None:
-    """CPU seconds per sample of `ImagePipeline(output="uint8")` on these JPEGs (read included)."""
-    from unstall.pipeline import ImagePipeline
-
-    paths = [f for f in files if os.path.isfile(f)][:LEAN_SAMPLES]
-    if not paths:
-        return None
-    pipeline = ImagePipeline(output="uint8", seed=0)
-    with open(paths[0], "rb") as f:
-        pipeline(f.read())  # warm: imports, first-call set-up
-    done = 0
-    c0 = time.thread_time()
-    for path in paths:
-        try:
-            with open(path, "rb") as f:
-                pipeline(f.read())
-            done += 1
-        except Exception:  # an image it cannot read is not timed
-            continue
-    cpu = time.thread_time() - c0
-    return cpu / done if done else None
-
-
-def _gpu() -> dict[str, Any]:
+def _gpu(cuda: bool, decoder: str | None) -> dict[str, Any]:
     """GPU decode (`prep="auto"|"gpu"|"hybrid"`): listed with what it needs; priced only where
     measured, never guessed."""
-    try:
-        import torch
-
-        cuda = torch.cuda.is_available()
-    except Exception:  # no usable torch.cuda: no CUDA
-        cuda = False
-    try:
-        from unstall.gpu import available_decoder
-
-        decoder = available_decoder()
-    except Exception:  # a broken optional package counts as none
-        decoder = None
     if not cuda:
         reason = "not measured: no CUDA device on this machine"
     elif decoder is None:
@@ -167,51 +132,3 @@ def _gpu() -> dict[str, Any]:
         "decoder": decoder,
         "applies": "a change of dataset in the script (a few lines)",
     }
-
-
-def job_files(dataset: Any) -> list[str]:
-    """A few of the dataset's image files, when it lists them (``samples``/``imgs`` pairs, as
-    torchvision's ImageFolder does): the analyzer prices unstall's lean pipeline on them."""
-    pairs = getattr(dataset, "samples", None) or getattr(dataset, "imgs", None)
-    out: list[str] = []
-    if isinstance(pairs, (list, tuple)):
-        step = max(1, len(pairs) // 48)
-        for item in pairs[::step][:48]:
-            path = item[0] if isinstance(item, (list, tuple)) and item else item
-            if isinstance(path, (str, os.PathLike)) and str(path).lower().endswith(
-                (".jpg", ".jpeg")
-            ):
-                out.append(os.fspath(path))
-    return out
-
-
-def lean_probe(dataset: Any, files: list[str]) -> dict[str, float] | None:
-    """CPU seconds per sample of the job's own ``dataset[i]`` and of unstall's lean pipeline
-    on the same JPEGs, timed side by side in this process (same machine, same moment): their
-    ratio prices the lean remedy."""
-    if not files:
-        return None
-    import torch
-
-    listed = getattr(dataset, "samples", None) or getattr(dataset, "imgs", None) or []
-    paths = {os.fspath(item[0]): i for i, item in enumerate(listed)}
-    chosen = [(f, paths[f]) for f in files if f in paths][:16]
-    indices = [i for _, i in chosen]
-    if len(indices) < 4:
-        return None
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as in a worker
-    try:
-        dataset[indices[0]]  # warm: imports, plugin lookups
-        c0 = time.thread_time()
-        for i in indices:
-            dataset[i]
-        own = (time.thread_time() - c0) / len(indices)
-        lean = lean_pipeline_cpu([f for f, _ in chosen])
-    except Exception:  # the probe is optional: no figure then
-        return None
-    finally:
-        torch.set_num_threads(threads)
-    if lean is None or own <= 0:
-        return None
-    return {"own_cpu_s": own, "lean_cpu_s": lean, "samples": len(indices)}

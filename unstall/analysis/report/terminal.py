@@ -1,136 +1,11 @@
-"""The report as data (``--json``) and as a terminal summary (rich tables)."""
+"""The report on the terminal: rich tables of the rates, the stall shares, the what-if grid,
+the recommendation and the remedies; all read from the report dict (`build`)."""
 
 from __future__ import annotations
 
-import math
-import platform
 from typing import Any
 
-from unstall.analysis.core import Analysis
-from unstall.analysis.model import Config, parse_what_if, predict
-from unstall.analysis.recommend import curves, grid, recommend, row
-from unstall.analysis.remedies import remedies
-
-
-def sentence(a: Analysis) -> str:
-    """The bottleneck in one plain sentence, from the measured rates."""
-    s = a.stall
-    g = a.rates.ingestion
-    measured = a.measured_rate
-    if a.bottleneck == "compute":
-        return (
-            f"Compute-bound: the model is busy {s['compute']:.0%} of the time "
-            f"({measured:,.0f} of its {g:,.0f} samples/s); faster data loading would not "
-            "speed this job up."
-        )
-    if a.bottleneck == "prep":
-        p = a.prep_rate
-        cap = f"{p:,.0f} samples/s" if p is not None else "a rate not measured"
-        return (
-            f"Prep-bound: the model waits {s['prep']:.0%} of the time for workers to decode and "
-            f"augment ({cap} from {a.num_workers} workers on {a.rates.cores:g} cores; "
-            f"{measured:,.0f}/s delivered, {g:,.0f}/s needed)."
-        )
-    f = f"{a.fetch_rate:,.0f} samples/s fetched" if "fetch" not in a.unknown else "fetch rate"
-    return (
-        f"Fetch-bound: the model waits {s['fetch']:.0%} of the time for storage "
-        f"({f}; {measured:,.0f}/s delivered, {g:,.0f}/s needed)."
-    )
-
-
-def build_report(a: Analysis, *, what_if: str | None = None) -> dict[str, Any]:
-    """Everything the outputs show, JSON-safe: a rate not measured is None, with its reason."""
-    base = a.base_config
-    measured = a.measured_rate
-    prep = a.prep_rate
-    per_worker = a.prep_rate_per_worker
-    out: dict[str, Any] = {
-        "workload": a.workload,
-        "ingestion_rate": round(a.rates.ingestion, 2),
-        "prep_rate": round(prep, 2) if prep is not None else None,
-        "prep_rate_per_worker": round(per_worker, 2) if per_worker is not None else None,
-        "fetch_rate": round(a.fetch_rate, 2)
-        if "fetch" not in a.unknown and math.isfinite(a.fetch_rate)
-        else None,
-        "fetch_rate_measured": round(a.runs["fetch"].samples_per_s, 2)
-        if "fetch" in a.runs
-        else None,
-        "not_measured": dict(a.unknown),
-        "stall": a.stall,
-        "bottleneck": a.bottleneck,
-        "summary": sentence(a),
-        "measured_samples_per_s": round(measured, 2),
-        "num_workers": a.num_workers,
-        "batch_size": a.batch_size,
-        "num_samples": a.num_samples,
-        "cores": a.rates.cores,
-        "runs": {k: r.summary() for k, r in a.runs.items()},
-        "rates": a.rates.as_dict(),
-        "storage": a.probe.as_dict() if a.probe is not None else None,
-        "cached_run": {"how": a.cached_how, "hit_rate": a.cached_hit_rate},
-        "split": (
-            "fetch and prepare timed apart (the dataset has fetch/prepare)"
-            if a.split
-            else "per sample, worker CPU time = prepare, waiting for a core = oversubscription, "
-            "the rest = fetch (waiting on I/O)"
-        ),
-        "model_check": _model_check(a, base),
-        "what_if": grid(a.rates, base, a.num_samples) if "prep" not in a.unknown else [],
-        "curves": curves(a.rates, base, a.num_samples, a.fetch_rate or measured),
-        "recommendation": recommend(
-            a.rates,
-            base,
-            a.num_samples,
-            measured,
-            unknown=a.unknown,
-            shared=a.shared,
-        ),
-        "remedies": remedies(
-            a.rates,
-            base,
-            bottleneck=a.bottleneck,
-            measured=measured,
-            probe=a.extra.get("lean_probe"),
-            unknown=a.unknown,
-        ),
-        "notes": a.notes,
-        "machine": {"cores": a.rates.cores, "python": platform.python_version()},
-        **{k: v for k, v in a.extra.items() if k not in ("files", "lean_probe")},
-    }
-    if what_if:
-        config = parse_what_if(what_if, base)
-        out["question"] = row(a.rates, config, a.num_samples, asked=what_if)
-    return out
-
-
-def _measured_fetch(a: Analysis) -> float | None:
-    """The fetch-only run's samples/s (None for a plain dataset: it has no such run)."""
-    return round(a.runs["fetch"].samples_per_s, 2) if "fetch" in a.runs else None
-
-
-def _model_check(a: Analysis, base: Config) -> dict[str, Any]:
-    """The model's prediction for the measured configuration next to the cold run."""
-    predicted = predict(a.rates, base).samples_per_s
-    measured = a.measured_rate
-    return {
-        "predicted_samples_per_s": round(predicted, 1),
-        "measured_samples_per_s": round(measured, 1),
-        "error": round(abs(predicted - measured) / measured, 4) if measured else None,
-    }
-
-
-def progress_bar(console: Any = None) -> Any:
-    """The bar `unstall analyze` shows over its runs (both modes): step, done/total, time."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
+from unstall.analysis.measure.probe import UNLIMITED
 
 
 def print_summary(report: dict[str, Any], console: Any = None) -> None:
@@ -257,8 +132,6 @@ def _fetch_how(report: dict[str, Any]) -> str:
     st = report.get("storage")
     if not st:
         return "workers' time per sample minus their CPU time"
-    from unstall.analysis.probe import UNLIMITED
-
     bandwidth = st["bandwidth_bytes_per_s"]
     limit = "no bandwidth limit seen" if bandwidth >= UNLIMITED else f"{bandwidth / 1e6:,.1f} MB/s"
     return f"fetch-only run; storage: {limit}, {st['latency_ms']:.1f} ms/request"

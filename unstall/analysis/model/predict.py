@@ -13,10 +13,11 @@ without prefetching a worker fetches *then* prepares each batch, so
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
+
+from unstall.analysis.rates.result import Rates
 
 #: LRU (page cache) hit rate under per-epoch shuffling, by cache/dataset (DESIGN.md section 2).
 _LRU_POINTS = ((0.0, 0.0), (0.1, 0.006), (0.25, 0.034), (0.5, 0.154), (0.75, 0.406))
@@ -33,39 +34,6 @@ def hit_rate(fraction: float, *, noevict: bool) -> float:
     """No-eviction (unstall's `Cache`) reaches C/N exactly; the page cache's LRU far less."""
     fraction = min(max(fraction, 0.0), 1.0)
     return fraction if noevict else lru_hit_rate(fraction)
-
-
-@dataclass(frozen=True)
-class Rates:
-    """What the measurements say about this job [Unit: samples/s, second, byte].
-
-    Attributes:
-        ingestion: G, the model's own rate (synthetic run).
-        prep_cpu_s: CPU seconds a worker spends preparing one sample.
-        cores: cores the loader's workers can use on this machine.
-        sample_bytes: mean bytes fetched per sample.
-        bandwidth: storage throughput B, all readers together [byte/s].
-        latency_s: storage time per request L.
-        main_cpu_s: CPU seconds per sample of the loader's own work in the training loop
-            (unpacking, hand-off): one thread, so it caps the rate at ``1 / main_cpu_s``.
-        cache_read_s: seconds to read one sample from the cache.
-        proc_cpu_s: CPU seconds per sample of the whole training process (the loop, the
-            model's host work, pin-memory thread): it takes cores from the workers, so
-            workers and process together cap the rate at ``cores / (prep_cpu_s + proc_cpu_s)``.
-    """
-
-    ingestion: float
-    prep_cpu_s: float
-    cores: float
-    sample_bytes: float
-    bandwidth: float
-    latency_s: float
-    main_cpu_s: float = 0.0
-    cache_read_s: float = 0.0
-    proc_cpu_s: float = 0.0
-
-    def as_dict(self) -> dict[str, float]:
-        return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
 @dataclass(frozen=True)
@@ -118,12 +86,13 @@ class Prediction:
 
 def fetch_seconds_per_batch(rates: Rates, config: Config, hit: float) -> float:
     """One worker's time to fetch a batch: misses go to storage in rounds of ``inflight``."""
-    b = config.batch_size
-    misses = (1.0 - hit) * b
-    bandwidth = config.bandwidth or rates.bandwidth
-    latency = rates.latency_s if config.latency_s is None else config.latency_s
-    rounds = math.ceil(misses / max(config.inflight, 1) - 1e-9) if misses > 1e-9 else 0
-    return rounds * latency + misses * rates.sample_bytes / bandwidth + b * rates.cache_read_s
+    return rates.batch_fetch_s(
+        config.batch_size,
+        config.inflight,
+        hit,
+        bandwidth=config.bandwidth,
+        latency_s=config.latency_s,
+    )
 
 
 def predict(rates: Rates, config: Config) -> Prediction:
@@ -153,61 +122,6 @@ def predict(rates: Rates, config: Config) -> Prediction:
         "cores": "prep",
     }
     return Prediction(caps[bound], caps, named.get(bound, bound), hit)
-
-
-def parse_what_if(text: str, base: Config) -> Config:
-    """``"cache=0.5,workers=8,bandwidth=200MB/s,latency=20ms,inflight=64"`` applied to ``base``."""
-    changes: dict[str, Any] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        key, value = key.strip().lower(), value.strip().lower()
-        if not sep or not value:
-            raise ValueError(f"--what-if part {part!r} must be KEY=VALUE (e.g. workers=8)")
-        try:
-            if key == "workers":
-                changes["workers"] = int(value)
-            elif key == "cache":
-                changes["cache"] = float(value)
-            elif key == "inflight":
-                changes["inflight"] = int(value)
-            elif key == "bandwidth":
-                changes["bandwidth"] = _bytes_per_s(value)
-            elif key == "latency":
-                changes["latency_s"] = _seconds(value)
-            elif key in ("remedies", "unstall"):
-                on = value in ("on", "1", "true", "yes")
-                changes.update(noevict=on, prefetch=on)
-                if not on:
-                    changes["inflight"] = 1
-            else:
-                raise ValueError(
-                    f"--what-if key {key!r} is unknown; use workers, cache, bandwidth, "
-                    "latency, inflight or remedies"
-                )
-        except ValueError as exc:
-            if "unknown" in str(exc):
-                raise
-            raise ValueError(f"--what-if {part!r}: cannot read {value!r}: {exc}") from exc
-    out = replace(base, **changes)
-    if out.workers < 0 or not 0 <= out.cache <= 1 or out.inflight < 1:
-        raise ValueError(f"--what-if {text!r}: need workers >= 0, 0 <= cache <= 1, inflight >= 1")
-    return out
-
-
-def _bytes_per_s(value: str) -> float:
-    units = {"gb/s": 1e9, "mb/s": 1e6, "kb/s": 1e3, "b/s": 1.0}
-    for unit, scale in units.items():
-        if value.endswith(unit):
-            return float(value[: -len(unit)]) * scale
-    return float(value) * 1e6  # plain number: MB/s
-
-
-def _seconds(value: str) -> float:
-    if value.endswith("ms"):
-        return float(value[:-2]) / 1e3
-    if value.endswith("s"):
-        return float(value[:-1])
-    return float(value) / 1e3  # plain number: ms
 
 
 def prep_capacity(rates: Rates, config: Config) -> float:

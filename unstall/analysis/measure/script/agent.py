@@ -6,7 +6,7 @@ replace and wrap loaders: the one measured is the one that carries the training
 loop, known only when its batches keep coming). Each batch handed out is timed
 (the wait for it, and the training step until the next request), with this
 process's CPU and the machine's busy time. A loader's window is its steady state
-(`unstall.analysis.steady`: each iterator's start-up burst skipped); the first
+(`unstall.analysis.measure.steady`: each iterator's start-up burst skipped); the first
 loader whose window is long enough in steps *and* seconds is measured. Then the
 results go to ``$UNSTALL_ANALYZE_OUT`` and the script is stopped with `SystemExit`,
 so its workers and shared memory are released as at any normal exit. Under DDP the
@@ -30,10 +30,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from unstall.analysis import hang
-from unstall.analysis.procstat import snapshot, workers_cpu
-from unstall.analysis.remedies import job_files, lean_probe
-from unstall.analysis.steady import (
+from unstall.analysis.measure.procstat import snapshot, workers_cpu
+from unstall.analysis.measure.script import hang
+from unstall.analysis.measure.script.lean import job_files, lean_probe
+from unstall.analysis.measure.steady import (
     Handout,
     Window,
     burst_depth,
@@ -319,7 +319,7 @@ def _rank() -> int:
 
 def _evict_first(loader: Any, batches: int) -> bool:
     """Drop the files the first ``batches`` batches read from the page cache, if it can tell."""
-    from unstall.analysis.runs import evict
+    from unstall.analysis.measure.storage import evict
 
     order = getattr(loader, "order", None)
     if order is None:

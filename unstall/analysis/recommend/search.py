@@ -1,4 +1,4 @@
-"""What-if tables and curves from the model, and the best configuration this machine allows.
+"""The best configuration this machine allows, by the model's predictions.
 
 The recommendation searches workers and cache sizes within this node's cores and
 free shared memory (the cache lives in ``/dev/shm``), keeps the cheapest
@@ -8,94 +8,23 @@ configuration within 3 % of the best prediction, and states it as
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import Any
 
-from unstall.analysis.model import Config, Rates, fetch_seconds_per_batch, predict
-
-CACHE_STEPS = (0.0, 0.25, 0.5, 0.75, 1.0)
-#: Shared memory left free when sizing a recommended cache [Unit: byte].
-SHM_MARGIN = 256 << 20
+from unstall.analysis.model.predict import Config, fetch_seconds_per_batch, predict
+from unstall.analysis.model.whatif import CACHE_STEPS, worker_steps
+from unstall.analysis.rates.result import Rates
 
 
-def worker_steps(cores: float, current: int) -> list[int]:
-    top = max(int(cores) * 2, current, 1)
-    steps = sorted({1, 2, 4, 8, 16, 32, 64, current, int(cores), top})
-    return [w for w in steps if 1 <= w <= top]
-
-
-def max_cache_fraction(rates: Rates, num_samples: int) -> float:
-    """The largest cache fraction this node's free shared memory (and half its RAM) can hold."""
+def max_cache_fraction(rates: Rates, num_samples: int, room_bytes: float | None) -> float:
+    """The largest cache fraction ``room_bytes`` (the node's free shared memory and half its
+    RAM, as measured) can hold."""
     dataset_bytes = rates.sample_bytes * num_samples
     if rates.sample_bytes <= 1.0:  # plain dataset: sizes unknown, unstall's cache cannot bind
         return 0.0
-    try:
-        st = os.statvfs("/dev/shm")
-        free = st.f_bavail * st.f_frsize - SHM_MARGIN
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") // 2
-    except (OSError, ValueError):
+    if room_bytes is None:
         return 0.0
-    return max(0.0, min(1.0, min(free, ram) / dataset_bytes))
-
-
-def row(rates: Rates, config: Config, num_samples: int, **extra: Any) -> dict[str, Any]:
-    p = predict(rates, config)
-    return {
-        "config": config.label(),
-        "workers": config.workers,
-        "cache": config.cache,
-        "samples_per_s": round(p.samples_per_s, 1),
-        "epoch_s": round(p.epoch_s(num_samples), 2),
-        "bound": p.bound,
-        "hit_rate": round(p.hit_rate, 4),
-        **extra,
-    }
-
-
-def grid(rates: Rates, base: Config, num_samples: int) -> list[dict[str, Any]]:
-    """The default what-if table: workers x cache sizes at the measured storage."""
-    # a plain dataset (no raw bytes to keep) cannot use unstall's cache: workers only
-    caches = CACHE_STEPS if rates.sample_bytes > 1.0 else (0.0,)
-    return [
-        row(rates, replace(base, workers=w, cache=c), num_samples)
-        for w in worker_steps(rates.cores, base.workers)
-        for c in caches
-    ]
-
-
-def curves(rates: Rates, base: Config, num_samples: int, delivered: float) -> dict[str, Any]:
-    """Throughput against cache size (unstall's vs the page cache's), workers, bandwidth."""
-    fractions = [i / 20 for i in range(21)]
-    out: dict[str, Any] = {
-        "cache": {
-            "x": fractions,
-            "unstall": [predict(rates, replace(base, cache=f)).samples_per_s for f in fractions],
-            "page_cache": [
-                predict(rates, replace(base, cache=f, noevict=False)).samples_per_s
-                for f in fractions
-            ],
-        }
-    }
-    workers = list(range(1, max(2 * int(rates.cores), base.workers, 2) + 1))
-    out["workers"] = {
-        "x": workers,
-        "y": [predict(rates, replace(base, workers=w)).samples_per_s for w in workers],
-    }
-    from unstall.analysis.probe import UNLIMITED
-
-    # around the measured bandwidth; storage with no visible limit: around what it delivered
-    b0 = rates.bandwidth if rates.bandwidth < UNLIMITED else delivered * rates.sample_bytes
-    scales = [0.25, 0.5, 1, 2, 4, 8]
-    if rates.sample_bytes <= 1.0:  # a plain dataset: its storage's bandwidth is not known
-        out["bandwidth"] = {"x": [], "base_bytes_per_s": None, "y": []}
-        return out
-    out["bandwidth"] = {
-        "x": scales,  # times the storage bandwidth measured
-        "base_bytes_per_s": b0,
-        "y": [predict(rates, replace(base, bandwidth=b0 * s)).samples_per_s for s in scales],
-    }
-    return out
+    return max(0.0, min(1.0, room_bytes / dataset_bytes))
 
 
 def recommend(
@@ -104,10 +33,12 @@ def recommend(
     num_samples: int,
     measured: float,
     *,
+    cache_room_bytes: float | None,
     unknown: dict[str, str] | None = None,
     shared: bool = False,
 ) -> dict[str, Any]:
-    """The cheapest configuration within 3 % of the best the model finds on this machine.
+    """The cheapest configuration within 3 % of the best the model finds on this machine
+    (``cache_room_bytes``: what a cache may take of it, as measured).
 
     Never one predicted slower than the job measured as it is; fewer workers only where
     the workers' own measured time per sample shows the fewer can keep the measured rate
@@ -116,7 +47,7 @@ def recommend(
     there is no evidence either way); nothing that rests on a rate that was not measured.
     """
     unknown = unknown or {}
-    top_cache = max_cache_fraction(rates, num_samples)
+    top_cache = max_cache_fraction(rates, num_samples, cache_room_bytes)
     current = predict(rates, base).samples_per_s
     floor = max(measured, current)
     options = [(current, base)]

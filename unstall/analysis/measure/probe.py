@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from unstall.analysis.runs import evict
+from unstall.analysis.measure.storage import evict
 
 #: Stand-in for "no limit" where a probe cannot see the bandwidth [byte/s].
 UNLIMITED = 1e11

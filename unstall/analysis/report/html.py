@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from unstall.analysis.timeline import LOOP, lane_order, lanes, write_trace
+from unstall.analysis.report.timeline import LOOP, lane_order, lanes, write_trace
 
 COLORS = {
     "compute": "#4c72b0",
@@ -134,14 +134,6 @@ def _timeline(path: str, spans: Sequence[tuple[float, ...]]) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-
-
-def rewrite_page(out_dir: str, report: dict[str, Any]) -> None:
-    """Write ``index.html`` and ``report.json`` again (e.g. once the verification is in)."""
-    with open(os.path.join(out_dir, "report.json"), "w") as f:
-        json.dump(report, f, indent=2)
-    with open(os.path.join(out_dir, "index.html"), "w") as f:
-        f.write(_page(report))
 
 
 def _rate(report: dict[str, Any], key: str, name: str) -> str:

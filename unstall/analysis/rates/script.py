@@ -1,5 +1,7 @@
 """Rates of an unchanged script from its measured windows (``unstall analyze -- CMD``).
 
+Reads the measure stage's documents (`unstall.analysis.measure.script`), one per run.
+
 Per sample, each worker's time on a batch is split three ways from the OS's own
 clocks: CPU (prepare), runnable but waiting for a core (oversubscription: more busy
 threads than cores), and the rest (waiting on I/O: fetch). The training process's CPU
@@ -14,7 +16,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from unstall.analysis.model import Rates
+from unstall.analysis.measure.result import Measurement
+from unstall.analysis.rates.result import Derived, Rates
 
 #: I/O wait below this share of a worker's time per sample is no evidence of a fetch limit.
 IO_FLOOR = 0.05
@@ -199,4 +202,41 @@ def derive(runs: dict[str, WindowFigures], *, cores: int, workers: int) -> Scrip
         oversubscribed,
         notes,
         syn.steady_rate,
+    )
+
+
+def derive_script(m: Measurement) -> Derived:
+    """The rates, stall shares and bottleneck of a script's runs, with the notes that say
+    how they were found (the measurement's first)."""
+    figs = {mode: figures(doc) for mode, doc in m.docs.items()}
+    workers, cores = m.num_workers, m.cores
+    d = derive(figs, cores=cores, workers=workers)
+    notes = [*m.notes, *d.notes]
+    if d.oversubscribed["oversubscribed"]:
+        share = d.oversubscribed["worker_runq_share"]
+        notes.append(
+            f"oversubscribed: {workers} workers on {cores} cores"
+            + (f"; workers waited for a core {share:.0%} of their time" if share else "")
+        )
+    if d.cores_used_by_others:
+        notes.append(
+            f"other processes used {d.cores_used_by_others:.1f} of {cores} cores during "
+            "the measurement: the what-if prices the cores left"
+        )
+    rates = d.rates
+    return Derived(
+        measurement=m,
+        rates=rates,
+        stall=d.stall,
+        measured=d.measured,
+        fetch_rate=d.fetch_rate,
+        bottleneck=d.bottleneck,
+        unknown=d.unknown,
+        shared=d.cores_used_by_others > 0,
+        notes=notes,
+        prep_rate_per_worker=1.0 / rates.prep_cpu_s if rates.prep_cpu_s > 0 else None,
+        extra={
+            "oversubscription": d.oversubscribed,
+            "ingestion_rate_alone": round(d.ingestion_alone, 2),
+        },
     )

@@ -1,0 +1,238 @@
+"""``unstall analyze -- python train.py``: the unchanged script, run once per mode.
+
+Each run goes under unstall as ``unstall run`` does (the DataLoader swapped in
+every Python process), with ``$UNSTALL_ANALYZE_MODE`` telling the in-process
+agent (`unstall.analysis.measure.script.agent`) what to measure and when to stop the
+script. Every loader is watched; the one that carries the training loop is measured in
+its steady state (`unstall.analysis.measure.steady`), by time and steps, never on the
+start-up burst. The runs' documents, the slowest rank's, make the `Measurement`; the
+rates come from them in the rates stage (`unstall.analysis.rates.script`).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from unstall.analysis.measure.machine import read_machine
+from unstall.analysis.measure.result import Measurement
+from unstall.analysis.measure.runs import Run
+from unstall.analysis.measure.script.hang import run_script
+
+#: Seconds one run of the script may take before it is stopped.
+RUN_TIMEOUT_S = 600
+#: (warm-up steps after the burst, least steps, least seconds, most seconds) per run.
+WINDOW = (10, 50, 20.0, 240.0)
+QUICK_WINDOW = (3, 12, 4.0, 60.0)
+#: Lines of the script's output shown when a run fails.
+TAIL = 12
+
+
+def window_of(
+    *,
+    quick: bool,
+    warmup: int | None,
+    steps: int | None,
+    min_s: float | None,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """Each run's window: warm-up and least steps after the burst, least and most seconds."""
+    w0, s0, t0, tmax = QUICK_WINDOW if quick else WINDOW
+    return {
+        "warmup": w0 if warmup is None else warmup,
+        "steps": s0 if steps is None else steps,
+        "min_s": t0 if min_s is None else min_s,
+        "max_s": tmax,
+        "timeout_s": timeout_s,
+    }
+
+
+def measure_script(
+    command: Sequence[str],
+    window: dict[str, Any],
+    *,
+    quick: bool = False,
+    progress: Callable[[str | None], None] | None = None,
+) -> Measurement:
+    """Run ``command`` synthetic, cold and cached; the slowest rank's runs as a `Measurement`.
+
+    ``progress``: told each run's description before it, and None after it.
+    """
+    say = progress or (lambda _msg: None)
+    if shutil.which(command[0]) is None and not os.path.exists(command[0]):
+        raise FileNotFoundError(f"command not found: {command[0]!r}")
+    per_rank: dict[str, list[dict[str, Any]]] = {}
+    for mode in ("synthetic", "cold", "cached"):
+        if mode == "cached" and quick and not any(d.get("evicted") for d in per_rank["cold"]):
+            # nothing could be evicted: the cold run already read what the page cache
+            # held, and a script's prep/fetch split comes from the workers' clocks
+            per_rank[mode] = [{**d, "mode": "cached", "reused": True} for d in per_rank["cold"]]
+            say(None)
+            continue
+        say(f"{mode} run: {' '.join(command)}")
+        per_rank[mode] = run_once(command, mode, window)
+        say(None)
+    ranks = rank_table(per_rank["cold"])
+    slowest = ranks[0]["rank"]  # the analysis follows the slowest rank
+    docs = {
+        mode: next((d for d in found if d["rank"] == slowest), found[0])
+        for mode, found in per_rank.items()
+    }
+    return measurement_of(command, docs, window, ranks)
+
+
+def run_once(
+    command: Sequence[str],
+    mode: str,
+    window: dict[str, Any],
+    *,
+    config_path: str | None = None,
+) -> list[dict[str, Any]]:
+    """Run the script once in ``mode``; each rank's document (one process per rank)."""
+    from unstall.launch.command import run_env
+
+    out = tempfile.mkdtemp(prefix="unstall-analyze-")
+    env = run_env(root_pid=os.getpid(), config_path=config_path)
+    env.update(
+        # the agent joins each process
+        UNSTALL_BOOT_HOOKS="unstall.analysis.measure.script.agent:install",
+        UNSTALL_ANALYZE_MODE=mode,
+        UNSTALL_ANALYZE_OUT=out,
+        UNSTALL_ANALYZE_WARMUP=str(window["warmup"]),
+        UNSTALL_ANALYZE_STEPS=str(window["steps"]),
+        UNSTALL_ANALYZE_MIN_S=str(window["min_s"]),
+        UNSTALL_ANALYZE_MAX_S=str(window["max_s"]),
+        UNSTALL_TIMELINE="1",
+    )
+    try:
+        done = run_script(command, env, window.get("timeout_s", RUN_TIMEOUT_S), out, mode)
+        return _results(out, mode, done)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(env["UNSTALL_RUN_DIR"], ignore_errors=True)
+
+
+def measurement_of(
+    command: Sequence[str],
+    docs: dict[str, dict[str, Any]],
+    window: dict[str, Any],
+    ranks: list[dict[str, Any]],
+) -> Measurement:
+    """The three runs' documents (one rank's) as a `Measurement`, with how they were taken."""
+    for mode, doc in docs.items():
+        if len(doc["steps"]) < 2:
+            raise ValueError(_too_short(mode, doc))
+    runs = {mode: run_of(mode, doc) for mode, doc in docs.items()}
+    cold = docs["cold"]
+    workers = int(cold["num_workers"] or 0)
+    c = runs["cold"]
+    batch = int(cold["batch_size"] or 0) or max(1, round(c.samples / c.steps))
+    notes = [
+        f"each run measured {window['steps']}+ steps and {window['min_s']:g}+ s of steady state "
+        f"after each iterator's start-up burst ({cold['burst']} batches: "
+        f"{workers} workers x prefetch {cold.get('prefetch_factor') or 2}) and "
+        f"{window['warmup']} warm-up steps (dataset {cold['dataset']})",
+        "per sample, each worker's time is split by the OS's clocks into CPU (prepare), "
+        "waiting for a core, and the rest (waiting on I/O: fetch)",
+    ]
+    if docs["cached"].get("reused"):
+        notes.append(
+            "--quick: no separate cached run (the dataset names no files to evict, so the "
+            "cold run read what the page cache held): the cold run stands for both"
+        )
+    for mode, doc in docs.items():
+        if not doc.get("complete", True):
+            notes.append(
+                f"the {mode} run ended (or ran out of time) before its window was as long "
+                "as asked: figures from "
+                f"{len(doc['steps'])} steady steps"
+            )
+    return Measurement(
+        workload=" ".join(command),
+        mode="script",
+        runs=runs,
+        probe=None,
+        num_workers=workers,
+        batch_size=batch,
+        num_samples=int(cold["stats"].get("samples", 0)) or c.samples,
+        machine=read_machine(),
+        split=False,
+        cached_how="the script again right after the cold run (the page cache holds what it read)",
+        notes=notes,
+        docs=docs,
+        ranks=ranks,
+        extra={
+            "loaders": cold.get("loaders", []),
+            "measured_loader": cold.get("loader", 0),
+            "lean_probe": cold.get("lean_probe"),
+            "pin_memory": cold.get("pin_memory", False),
+            "window": {mode: len(doc["steps"]) for mode, doc in docs.items()},
+        },
+    )
+
+
+def _too_short(mode: str, doc: dict[str, Any]) -> str:
+    return (
+        f"the {mode} run was too short to measure: its loader handed out {doc['batches']} "
+        f"batches, of which the first {doc['skipped']} were the start-up burst and warm-up "
+        "(a figure from them would be the burst's, not the job's); run more batches "
+        "(a larger dataset or more epochs) or lower --warmup"
+    )
+
+
+def _results(out: str, mode: str, done: subprocess.CompletedProcess) -> list[dict[str, Any]]:
+    """Each rank's figures for ``mode`` (one process per rank under torchrun)."""
+    found = sorted(glob.glob(os.path.join(out, f"{mode}-*.json")))
+    if not found:
+        tail = (done.stdout or "").strip().splitlines()[-TAIL:]
+        raise ValueError(
+            f"the {mode} run made no unstall-swapped DataLoader batches (exit {done.returncode})"
+            + ("; the script's last output:\n  " + "\n  ".join(tail) if tail else "")
+        )
+    docs = []
+    for path in found:
+        with open(path) as f:
+            docs.append(json.load(f))
+    return docs
+
+
+def rank_table(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per rank of the cold run: samples/s and the share of time it waited; slowest first."""
+    rows = []
+    for doc in docs:
+        steps = doc["steps"]
+        wall = sum(s[0] + s[1] for s in steps)
+        rows.append(
+            {
+                "rank": int(doc["rank"]),
+                "samples_per_s": round(sum(s[2] for s in steps) / wall, 2) if wall else 0.0,
+                "wait_share": round(sum(s[0] for s in steps) / wall, 4) if wall else 0.0,
+            }
+        )
+    return sorted(rows, key=lambda r: (r["samples_per_s"], r["rank"]))
+
+
+def run_of(mode: str, doc: dict[str, Any]) -> Run:
+    steps = doc["steps"]
+    wait = sum(s[0] for s in steps)
+    compute = sum(s[1] for s in steps)
+    run = Run(
+        mode,
+        sum(s[2] for s in steps),
+        wait + compute,
+        wait,
+        compute,
+        len(steps),
+        doc["start"],
+        step_s=[s[0] + s[1] for s in steps],
+        compute_steps=[s[1] for s in steps],
+    )
+    run.spans = [tuple(s) for s in doc["timeline"]]
+    run.stats = doc["stats"]
+    return run

@@ -1,0 +1,85 @@
+"""The recommendation verified: the script run once more under it, the way ``unstall run
+--config`` applies it, and a verdict against the job as it was (or as it is, re-run).
+
+A measurement taken after the recommend stage, of plain inputs (the recommendation's
+settings and prediction, the measured rate); the report stage shows what it returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from unstall.analysis.measure.script.runner import run_of, run_once
+
+
+def verify_recommendation(
+    command: Sequence[str],
+    recommendation: dict[str, Any],
+    before: float,
+    window: dict[str, Any],
+) -> dict[str, Any]:
+    """Run the script once more under the recommendation (``unstall run --config``'s way);
+    ``before``: the samples/s the job measured as it is.
+
+    A re-run slower than the job was (beyond ``SPREAD``) is followed by one of the job as it
+    is, back to back: the verdict then compares the two, so a machine that slowed down
+    between the runs is not taken for a wrong recommendation, nor the reverse.
+    """
+    rec = recommendation
+    measured = _rate_under(command, window, rec["kwargs"])
+    control = None
+    if rec["changed"] and measured < (1 - SPREAD) * before:
+        control = _rate_under(command, window, None)
+    predicted = rec["predicted_samples_per_s"]
+    return {
+        "kwargs": rec["kwargs"],
+        "changed": rec["changed"],
+        "predicted_samples_per_s": predicted,
+        "measured_samples_per_s": measured,
+        "before_samples_per_s": before,
+        **({"control_samples_per_s": control} if control is not None else {}),
+        "error": round(abs(predicted - measured) / measured, 4) if measured else None,
+        "verdict": _verdict(rec["changed"], measured, before, control),
+    }
+
+
+#: Run-to-run spread of one configuration that the verdict takes for noise.
+SPREAD = 0.08
+
+
+def _rate_under(command: Sequence[str], window: dict[str, Any], kwargs: Any) -> float:
+    """Samples/s of one cold run, under ``kwargs`` (``None``: the job's own settings)."""
+    path = None
+    if kwargs is not None:
+        fd, path = tempfile.mkstemp(prefix="unstall-rec-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"kwargs": kwargs}, f)
+    try:
+        docs = run_once(command, "cold", window, config_path=path)
+    finally:
+        if path is not None:
+            os.unlink(path)
+    return round(run_of("cold", docs[0]).samples_per_s, 1)
+
+
+def _verdict(changed: bool, measured: float, before: float, control: float | None) -> str:
+    """One line on what the re-run shows, against the run it is fairly compared with."""
+    if not changed:
+        diff = (measured - before) / before if before else 0.0
+        return (
+            "the recommendation keeps the job's settings: this re-run of them shows the "
+            f"machine's run-to-run spread ({diff:+.0%})"
+        )
+    ref, against = before, "the job as it was"
+    if control:
+        ref, against = control, "the job as it is, re-run just after"
+    diff = (measured - ref) / ref if ref else 0.0
+    if diff >= SPREAD:
+        return f"{diff:.0%} faster than {against}"
+    if diff >= -SPREAD:
+        return f"within the run-to-run spread of {against} ({diff:+.0%})"
+    return f"{-diff:.0%} slower than {against}: the recommendation did not hold here"

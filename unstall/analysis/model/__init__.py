@@ -1,0 +1,1 @@
+"""Stage 3, model: samples/s of a loader configuration from the rates (`Analysis`)."""

@@ -1,0 +1,159 @@
+"""`unstall analyze` end to end, one way: measure -> rates -> model -> recommend -> report.
+
+Each stage reads the result of the one before and returns its own (`Measurement`,
+`Derived`, `Analysis`, `Advice`, the report dict); no stage calls back into an
+earlier one. This module only runs them in order, for both modes: a workload in
+this process (`analyze`, `analyze_workload`, `report_of`) and an unchanged script
+(`analyze_script`, which verifies the recommendation by a measurement of its own).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from unstall.analysis.measure.differential import measure_workload
+from unstall.analysis.measure.script.runner import RUN_TIMEOUT_S, measure_script, window_of
+from unstall.analysis.measure.workload import Workload
+from unstall.analysis.model.predict import Config
+from unstall.analysis.model.stage import Analysis, ask, model_of
+from unstall.analysis.model.whatif import parse_what_if
+from unstall.analysis.rates.script import derive_script
+from unstall.analysis.rates.workload import derive_workload
+from unstall.analysis.recommend.stage import advise
+from unstall.analysis.report.build import build_report
+
+#: (warm-up, measured) steps: default and ``quick``.
+STEPS = (10, 200)
+QUICK_STEPS = (3, 30)
+
+
+def analyze(
+    data: str | os.PathLike[str] | None = None,
+    *,
+    model: str = "resnet50",
+    rate: float | None = None,
+    dataset: Any = None,
+    step: Callable[[Any], None] | None = None,
+    batch_size: int = 64,
+    num_workers: int | None = None,
+    warmup: int | None = None,
+    steps: int | None = None,
+    quick: bool = False,
+    what_if: str | None = None,
+    html_dir: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Measure a job and return the report as data (what ``unstall analyze --json`` writes).
+
+    Either ``data`` (a folder or ``s3://`` URL of images: the built-in workload with
+    ``model`` at ``rate`` samples/s), or your own ``dataset`` and ``step`` (trains on
+    one batch). ``html_dir`` also writes the HTML report, its plots and ``trace.json``.
+    """
+    if (data is None) == (dataset is None):
+        raise ValueError("pass either data=DIR_OR_URL (built-in workload) or dataset= and step=")
+    if what_if:
+        parse_what_if(what_if, Config(workers=1, batch_size=batch_size))  # fails before runs
+    if data is not None:
+        from unstall.analysis.measure.workload import builtin_workload
+
+        work = builtin_workload(
+            data, model=model, rate=rate, batch_size=batch_size, num_workers=num_workers
+        )
+    else:
+        if step is None:
+            raise ValueError("dataset= needs step=: a callable that trains on one batch")
+        workers = num_workers if num_workers is not None else len(os.sched_getaffinity(0))
+        work = Workload(dataset, step, batch_size=batch_size, num_workers=workers, name="dataset")
+    w0, s0 = QUICK_STEPS if quick else STEPS
+    result = analyze_workload(
+        work,
+        warmup=w0 if warmup is None else warmup,
+        steps=s0 if steps is None else steps,
+        progress=progress,
+    )
+    return report_of(result, what_if=what_if, html_dir=html_dir)
+
+
+def analyze_workload(
+    work: Workload,
+    *,
+    warmup: int = 10,
+    steps: int = 200,
+    progress: Callable[[str], None] | None = None,
+    on_step: Callable[[], None] | None = None,
+) -> Analysis:
+    """Measure ``work`` (the differential runs), derive its rates and price them."""
+    m = measure_workload(work, warmup=warmup, steps=steps, progress=progress, on_step=on_step)
+    return model_of(derive_workload(m))
+
+
+def report_of(
+    analysis: Analysis,
+    *,
+    what_if: str | None = None,
+    html_dir: str | None = None,
+    verified: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The report dict of an `Analysis`; with ``html_dir`` also the HTML, PNGs and trace."""
+    advice = advise(ask(analysis, what_if))
+    report = build_report(advice, html_dir=html_dir, verified=verified)
+    if html_dir is not None:
+        from unstall.analysis.report.html import write_report
+
+        write_report(html_dir, report, analysis.runs["cold"].spans)
+    return report
+
+
+def analyze_script(
+    command: Sequence[str],
+    *,
+    steps: int | None = None,
+    warmup: int | None = None,
+    quick: bool = False,
+    what_if: str | None = None,
+    html_dir: str | None = None,
+    console: Any = None,
+    min_s: float | None = None,
+    verify: bool | None = None,
+    run_timeout_s: float = RUN_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Run ``command`` three times (synthetic, cold, cached) and return the report dict.
+
+    Without ``quick`` (or with ``verify=True``) the script runs a fourth time under the
+    recommendation, and the report's ``verified`` compares prediction and measurement.
+    A run still going after ``run_timeout_s`` is stopped whole, and the error says where
+    each of its processes was (`unstall.analysis.measure.script.hang`).
+    """
+    from unstall.analysis.measure.script.verify import verify_recommendation
+    from unstall.analysis.progress import progress_bar
+
+    window = window_of(
+        quick=quick, warmup=warmup, steps=steps, min_s=min_s, timeout_s=run_timeout_s
+    )
+    verify = (not quick) if verify is None else verify
+    with progress_bar(console) as bar:
+        task = bar.add_task("runs", total=3 + int(verify))
+
+        def progress(description: str | None) -> None:
+            if description is None:
+                bar.update(task, advance=1)
+            else:
+                bar.update(task, description=description)
+
+        m = measure_script(command, window, quick=quick, progress=progress)
+        a = ask(model_of(derive_script(m)), what_if)
+        advice = advise(a)
+        verified = None
+        if verify:
+            progress("verifying the recommendation")
+            before = round(a.derived.measured, 2)
+            verified = verify_recommendation(command, advice.recommendation, before, window)
+            progress(None)
+    report = build_report(advice, html_dir=html_dir, verified=verified)
+    if html_dir is not None:
+        from unstall.analysis.report.html import write_report
+
+        write_report(html_dir, report, m.runs["cold"].spans)
+    return report

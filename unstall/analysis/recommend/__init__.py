@@ -1,0 +1,1 @@
+"""Stage 4, recommend: the loader settings to use and the remedies, priced (`Advice`)."""

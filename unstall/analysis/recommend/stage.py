@@ -1,0 +1,51 @@
+"""The recommend stage: the loader settings to use and the remedies that change the pipeline,
+from the model stage's `Analysis` alone (nothing is measured again here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from unstall.analysis.model.stage import Analysis
+from unstall.analysis.recommend.remedies import remedies
+from unstall.analysis.recommend.search import recommend
+
+
+@dataclass
+class Advice:
+    """What to do about a measured job.
+
+    Attributes:
+        analysis: the model stage's result.
+        recommendation: `unstall.DataLoader` arguments and what they are predicted to give.
+        remedies: unstall's remedies for this bottleneck, each priced or said unmeasured.
+    """
+
+    analysis: Analysis
+    recommendation: dict[str, Any]
+    remedies: list[dict[str, Any]] = field(default_factory=list)
+
+
+def advise(a: Analysis) -> Advice:
+    """The recommendation and the remedies for ``a``."""
+    d, m = a.derived, a.measurement
+    rec = recommend(
+        d.rates,
+        a.base_config,
+        m.num_samples,
+        d.measured,
+        cache_room_bytes=m.machine.cache_room_bytes,
+        unknown=d.unknown,
+        shared=d.shared,
+    )
+    fixes = remedies(
+        d.rates,
+        a.base_config,
+        bottleneck=a.bottleneck,
+        measured=d.measured,
+        probe=m.extra.get("lean_probe"),
+        unknown=d.unknown,
+        cuda=m.machine.cuda,
+        decoder=m.machine.gpu_decoder,
+    )
+    return Advice(a, rec, fixes)

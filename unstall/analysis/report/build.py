@@ -1,0 +1,115 @@
+"""The report as data (``--json``): the recommend stage's `Advice` laid out, nothing computed
+again (the terminal and HTML outputs show this dict: `terminal`, `html`)."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+from unstall.analysis.model.stage import Analysis
+from unstall.analysis.recommend.stage import Advice
+
+#: A script's figures for the report, in the order they are shown.
+SCRIPT_KEYS = (
+    "loaders",
+    "measured_loader",
+    "oversubscription",
+    "pin_memory",
+    "window",
+    "ingestion_rate_alone",
+)
+
+
+def sentence(a: Analysis) -> str:
+    """The bottleneck in one plain sentence, from the measured rates."""
+    d = a.derived
+    s = d.stall
+    g = d.rates.ingestion
+    measured = d.measured
+    if a.bottleneck == "compute":
+        return (
+            f"Compute-bound: the model is busy {s['compute']:.0%} of the time "
+            f"({measured:,.0f} of its {g:,.0f} samples/s); faster data loading would not "
+            "speed this job up."
+        )
+    if a.bottleneck == "prep":
+        p = a.prep_rate
+        cap = f"{p:,.0f} samples/s" if p is not None else "a rate not measured"
+        return (
+            f"Prep-bound: the model waits {s['prep']:.0%} of the time for workers to decode and "
+            f"augment ({cap} from {a.base_config.workers} workers on {d.rates.cores:g} cores; "
+            f"{measured:,.0f}/s delivered, {g:,.0f}/s needed)."
+        )
+    f = f"{a.fetch_rate:,.0f} samples/s fetched" if "fetch" not in d.unknown else "fetch rate"
+    return (
+        f"Fetch-bound: the model waits {s['fetch']:.0%} of the time for storage "
+        f"({f}; {measured:,.0f}/s delivered, {g:,.0f}/s needed)."
+    )
+
+
+def build_report(
+    advice: Advice,
+    *,
+    html_dir: str | None = None,
+    verified: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Everything the outputs show, JSON-safe: a rate not measured is None, with its reason.
+
+    ``html_dir``: where the HTML report goes (its page and trace are named); ``verified``:
+    the re-run under the recommendation (script mode).
+    """
+    a = advice.analysis
+    d, m = a.derived, a.measurement
+    prep, per_worker = a.prep_rate, d.prep_rate_per_worker
+    out: dict[str, Any] = {
+        "workload": m.workload,
+        "ingestion_rate": round(d.rates.ingestion, 2),
+        "prep_rate": round(prep, 2) if prep is not None else None,
+        "prep_rate_per_worker": round(per_worker, 2) if per_worker is not None else None,
+        "fetch_rate": round(d.fetch_rate, 2)
+        if "fetch" not in d.unknown and d.fetch_rate is not None
+        else None,
+        "fetch_rate_measured": round(m.runs["fetch"].samples_per_s, 2)
+        if "fetch" in m.runs
+        else None,
+        "not_measured": dict(d.unknown),
+        "stall": d.stall,
+        "bottleneck": a.bottleneck,
+        "summary": sentence(a),
+        "measured_samples_per_s": round(d.measured, 2),
+        "num_workers": m.num_workers,
+        "batch_size": m.batch_size,
+        "num_samples": m.num_samples,
+        "cores": d.rates.cores,
+        "runs": {k: r.summary() for k, r in m.runs.items()},
+        "rates": d.rates.as_dict(),
+        "storage": m.probe.as_dict() if m.probe is not None else None,
+        "cached_run": {"how": m.cached_how, "hit_rate": m.cached_hit_rate},
+        "split": (
+            "fetch and prepare timed apart (the dataset has fetch/prepare)"
+            if m.split
+            else "per sample, worker CPU time = prepare, waiting for a core = oversubscription, "
+            "the rest = fetch (waiting on I/O)"
+        ),
+        "model_check": a.model_check,
+        "what_if": a.what_if,
+        "curves": a.curves,
+        "recommendation": advice.recommendation,
+        "remedies": advice.remedies,
+        "notes": d.notes,
+        "machine": {"cores": d.rates.cores, "python": platform.python_version()},
+    }
+    extra = {**m.extra, **d.extra}
+    out.update((k, extra[k]) for k in SCRIPT_KEYS if k in extra)
+    if a.question is not None:
+        out["question"] = a.question
+    if html_dir is not None:
+        out["html"] = os.path.join(html_dir, "index.html")
+        out["trace"] = os.path.join(html_dir, "trace.json")
+    if verified is not None:
+        out["verified"] = verified
+    if m.mode == "script":
+        out["ranks"] = m.ranks
+        out["slowest_rank"] = m.ranks[0]["rank"]
+    return out
