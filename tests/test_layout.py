@@ -56,6 +56,17 @@ def _imports(tree: ast.Module):
                 yield alias.name, None, alias.asname or alias.name.split(".")[0]
 
 
+def _getattr_private(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "getattr"
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+        and _private(node.args[1].value)
+    )
+
+
 def test_no_module_is_over_400_lines():
     long = {
         str(p.relative_to(ROOT.parent)): n
@@ -124,6 +135,14 @@ def test_no_private_attribute_of_another_package_is_used():
     for path, tree in modules.items():
         here = _package(path)
         for node in ast.walk(tree):
+            if _getattr_private(node):  # getattr(obj, "_x"): the same reach, spelled out
+                name = node.args[1].value
+                homes = defined.get(name, set())
+                if homes and here not in homes:
+                    bad.append(
+                        f"{path}:{node.lineno} {ast.unparse(node)} (defined in {sorted(homes)})"
+                    )
+                continue
             if not isinstance(node, ast.Attribute) or not _private(node.attr):
                 continue
             owner = node.value

@@ -183,6 +183,18 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         """Where the loader stands: the next epoch, its start, the running epoch's cursor."""
         return self._position
 
+    @property
+    def passthrough(self) -> bool:
+        """True where torch's own loader runs the dataset as it is (an iterable dataset, or
+        one without a length): no unstall order, resume or batch tasks."""
+        return self._passthrough
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the current iterator's workers (the analyzer reads their clocks)."""
+        it = self._current() if self._current is not None else None
+        workers = getattr(getattr(it, "_torch_iter", None), "_workers", None) or []
+        return [p.pid for p in workers if getattr(p, "pid", None)]
+
     def order_spec(self) -> Any:
         """The order spec (None: a user's sampler), following a dataset that grew or shrank."""
         order = self.order

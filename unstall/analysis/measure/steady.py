@@ -68,10 +68,8 @@ def burst_depth(loader: Any) -> int:
 
 def loader_worker_pids(loader: Any) -> list[int]:
     """Process ids of the workers of ``loader``'s current iterator (none when unknown)."""
-    current = getattr(loader, "_current", None)
-    it = current() if callable(current) else None
-    workers = getattr(getattr(it, "_torch_iter", None), "_workers", None) or []
-    return [p.pid for p in workers if getattr(p, "pid", None)]
+    pids = getattr(loader, "worker_pids", None)  # torch's own DataLoader has none
+    return list(pids()) if callable(pids) else []
 
 
 def steady_window(handouts: list[Handout], *, skip_first: int, skip_each: int) -> Window:

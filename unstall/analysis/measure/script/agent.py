@@ -195,7 +195,7 @@ class Agent:
             "burst": watch.burst,
             "batches": len(watch.handed),
             "main_cpu_s": window.main_cpu_s,
-            "passthrough": bool(getattr(loader, "_passthrough", False)),
+            "passthrough": bool(getattr(loader, "passthrough", False)),
             "workers_cpu_s": window.workers_cpu_s,
             "workers_runq_s": window.workers_runq_s,
             "machine_busy_s": window.machine_busy_s,
