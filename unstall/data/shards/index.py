@@ -2,15 +2,22 @@
 
 Built once per shard (tar: its member headers; MDS: its offset table; Parquet:
 its footer) and kept as one small ``.npz`` per shard under
-``$UNSTALL_CACHE_DIR/shards/index/<location>/``, next to the caches. Each
-file records the shard's size and version (ETag on S3, mtime locally): a shard
-whose size or version differs is indexed again, never read at stale offsets.
+``$UNSTALL_CACHE_DIR/shards/index/<location>/``, next to the caches, saved as
+each shard completes (a survey stopped part way resumes where it stopped). The
+same bytes can be kept beside the shards, ``<location>/_unstall_index/<format>/
+<shard>.npz`` (`unstall index URL`), so other nodes and later runs read no shard
+to index it. Each records the shard's size and version (ETag on S3, mtime
+locally): a shard whose size or version differs is indexed again, never read at
+stale offsets.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +27,8 @@ from unstall.cache.disk_tier import cache_dir
 from unstall.data.keys import KeyTable
 
 INDEX_VERSION = 2
+#: Where index objects beside the shards live, under the shards' location.
+BESIDE = "_unstall_index"
 
 
 @dataclass(frozen=True)
@@ -50,10 +59,34 @@ class ShardTable:
     extra: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+#: A file in each local directory of a location (copies, index) naming it: `unstall cache list`.
+LOCATION_FILE = "location.txt"
+
+
+def index_root() -> str:
+    """Where every location's local index files are: ``$UNSTALL_CACHE_DIR/shards/index``."""
+    return os.path.join(cache_dir(), "shards", "index")
+
+
 def index_dir(location: str, kind: str) -> str:
-    """Where the per-shard index files of ``kind`` shards at ``location`` are kept."""
+    """Where the per-shard index files of ``kind`` shards at ``location`` are kept (made, and
+    named by its location, here)."""
     digest = hashlib.blake2b(f"{kind}:{location}".encode(), digest_size=12).hexdigest()
-    return os.path.join(cache_dir(), "shards", "index", digest)
+    directory = os.path.join(index_root(), digest)
+    name_dir(directory, location)
+    return directory
+
+
+def name_dir(directory: str, location: str) -> None:
+    """Make ``directory`` and record in it which location it holds files of."""
+    os.makedirs(directory, exist_ok=True)
+    named = os.path.join(directory, LOCATION_FILE)
+    if not os.path.exists(named):
+        with contextlib.suppress(OSError):
+            tmp = f"{named}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(location)
+            os.replace(tmp, named)
 
 
 def _file(directory: str, info: ShardInfo) -> str:
@@ -61,11 +94,35 @@ def _file(directory: str, info: ShardInfo) -> str:
     return os.path.join(directory, f"{digest}.npz")
 
 
+def beside_key(kind: str, key: str) -> str:
+    """The key of the index object of shard ``key``, beside the shards (`unstall index URL`)."""
+    return f"{BESIDE}/{kind}/{key}.npz"
+
+
 def load(directory: str, info: ShardInfo) -> ShardTable | None:
     """The stored table of ``info``'s shard if it was built from this size and version."""
-    path = _file(directory, info)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with open(_file(directory, info), "rb") as f:
+            return from_bytes(f.read(), info)
+    except OSError:
+        return None
+
+
+def stored_bytes(directory: str, info: ShardInfo) -> bytes | None:
+    """The stored file of ``info``'s table as it is (to publish it), if it is current."""
+    try:
+        with open(_file(directory, info), "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data if from_bytes(data, info) is not None else None
+
+
+def from_bytes(data: bytes, info: ShardInfo) -> ShardTable | None:
+    """The table in ``data`` (a stored index file or object) if it was built from ``info``'s
+    size and version, else None: a shard rewritten since is indexed again."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
             meta = z["meta"].tolist()
             if meta != [INDEX_VERSION, info.key, str(info.size), info.version]:
                 return None
@@ -82,18 +139,16 @@ def load(directory: str, info: ShardInfo) -> ShardTable | None:
                 member_size=z["member_size"],
                 extra=extra,
             )
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, EOFError):
         return None
 
 
-def save(directory: str, info: ShardInfo, table: ShardTable) -> None:
-    """Store ``table`` for ``info`` (atomically: a reader sees the old file or the new one)."""
-    os.makedirs(directory, exist_ok=True)
+def to_bytes(info: ShardInfo, table: ShardTable) -> bytes:
+    """``table`` for ``info`` as the bytes of an ``.npz`` file (stored locally or beside)."""
     keys = KeyTable(table.keys)
-    path = _file(directory, info)
-    tmp = f"{path}.{os.getpid()}.tmp.npz"
+    out = io.BytesIO()
     np.savez(
-        tmp,
+        out,
         meta=np.array([INDEX_VERSION, info.key, str(info.size), info.version]),
         key_blob=np.frombuffer(keys._blob, dtype=np.uint8),
         key_offsets=keys._offsets,
@@ -105,6 +160,16 @@ def save(directory: str, info: ShardInfo, table: ShardTable) -> None:
         member_size=table.member_size,
         **{f"extra_{k}": v for k, v in table.extra.items()},
     )
+    return out.getvalue()
+
+
+def save(directory: str, info: ShardInfo, table: ShardTable | bytes) -> None:
+    """Store ``table`` for ``info`` (atomically: a reader sees the old file or the new one)."""
+    os.makedirs(directory, exist_ok=True)
+    path = _file(directory, info)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(table if isinstance(table, bytes) else to_bytes(info, table))
     os.replace(tmp, path)
 
 

@@ -43,7 +43,7 @@ class ParquetShards(ShardDataset):
     default_image = "image;jpg;img"
     default_label = "label;cls"
 
-    def _build(self, infos: list[ShardInfo]) -> list[ShardTable]:
+    def _build(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
         import pyarrow.parquet as pq
 
         tables = []
