@@ -90,7 +90,9 @@ class RangeOps:
         ``dest`` is always whole. ``then(dest, key)`` runs on a thread as each object is
         present (downloaded here or by another process), under its lock, while the others
         still arrive (e.g. indexing a shard and saving its index); its results come back
-        in the items' order. No bound on the whole call: progress is bounded per piece.
+        in the items' order. One object failing does not stop the others: the call raises
+        its error once they are done. No bound on the whole call: progress is bounded per
+        piece.
         """
         slots = asyncio.Semaphore(max(1, parallel))
 
@@ -110,7 +112,12 @@ class RangeOps:
 
         async def all_downloads() -> list[Any]:
             self._semaphore()  # type: ignore[attr-defined]
-            return list(await asyncio.gather(*(one(*item) for item in items)))
+            # one failure does not stop the others: what completes is kept (and indexed)
+            got = await asyncio.gather(*(one(*item) for item in items), return_exceptions=True)
+            failed = [r for r in got if isinstance(r, BaseException)]
+            if failed:
+                raise failed[0]
+            return list(got)
 
         try:
             return self._run(all_downloads(), None)  # type: ignore[attr-defined]

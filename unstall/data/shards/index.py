@@ -124,7 +124,7 @@ def from_bytes(data: bytes, info: ShardInfo) -> ShardTable | None:
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             meta = z["meta"].tolist()
-            if meta != [INDEX_VERSION, info.key, str(info.size), info.version]:
+            if meta != [str(INDEX_VERSION), info.key, str(info.size), info.version]:
                 return None
             keys = KeyTable.__new__(KeyTable)
             keys._blob, keys._offsets = z["key_blob"].tobytes(), z["key_offsets"]
