@@ -146,3 +146,22 @@ def test_index_of_a_local_directory_beside_its_shards(tmp_path, monkeypatch):
     ds = TarShards(tmp_path / "shards")
     assert ds.stats()["shards"]["index"] == {"local": 0, "beside": SHARDS, "built": 0}
     assert [ds[i][1] for i in range(N)] == list(range(N))
+
+
+def test_cache_list_and_clear_cover_index_files(tmp_path, capsys, monkeypatch):
+    """Shards read in place keep only their index on this node: `unstall cache list` shows
+    it (0 copies, N indexed), `unstall cache clear DIR` removes it, and the next dataset
+    indexes the shards again."""
+    from unstall.cli import main
+
+    monkeypatch.setenv("COLUMNS", "250")
+    paths = make_tars(tmp_path / "shards")
+    root = str(paths[0].parent)
+    TarShards(root)
+    assert main(["cache", "list"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if root in line]
+    assert len(rows) == 1 and f"0 shards, {SHARDS} indexed" in rows[0]
+    assert main(["cache", "clear", root]) == 0
+    assert f"removed {root} (shard index)" in capsys.readouterr().out
+    again = TarShards(root)
+    assert again.stats()["shards"]["index"] == {"local": 0, "beside": 0, "built": SHARDS}
