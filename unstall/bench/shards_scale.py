@@ -75,8 +75,7 @@ def _write_tar(path: Path, group: list[tuple[int, bytes, int]]) -> None:
 def build(
     server: SeaweedServer, base: list[tuple[bytes, int]], gb: float, tmp: Path, tag: str
 ) -> dict[str, Any]:
-    """Tars and MDS shards of ``gb`` GB under ``s3://BUCKET/<tag>-{tars,mds}`` (the tars also
-    under ``<tag>-tars-ix``, for the index beside them), written and
+    """Tars and MDS shards of ``gb`` GB under ``s3://BUCKET/<tag>-{tars,mds}``, written and
     uploaded shard by shard (local disk holds one tar shard at a time, the MDS set once)."""
     per = sum(len(d) for d, _ in base) / len(base)
     count = int(gb * 1e9 / per) + 1
@@ -86,12 +85,12 @@ def build(
     for sample in samples(base, count):
         if group and size + len(sample[1]) > SHARD_BYTES:
             _write_tar(tars / f"train-{n_tars:06d}.tar", group)
-            _put(server, [f"{tag}-tars", f"{tag}-tars-ix"], [tars / f"train-{n_tars:06d}.tar"])
+            _put(server, [f"{tag}-tars"], [tars / f"train-{n_tars:06d}.tar"])
             n_tars, group, size = n_tars + 1, [], 0
         group.append(sample)
         size += len(sample[1]) + 1536
     _write_tar(tars / f"train-{n_tars:06d}.tar", group)
-    _put(server, [f"{tag}-tars", f"{tag}-tars-ix"], [tars / f"train-{n_tars:06d}.tar"])
+    _put(server, [f"{tag}-tars"], [tars / f"train-{n_tars:06d}.tar"])
     n_tars += 1
     streaming = import_streaming()
     mds = tmp / f"{tag}-mds"
@@ -111,17 +110,15 @@ def publish_index(server: SeaweedServer, data: dict[str, Any], tmp: Path) -> flo
     cache = tmp / f"{data['tag']}-index-cache"
     with _env({"UNSTALL_CACHE_DIR": str(cache)}):
         t0 = time.perf_counter()
-        url = _tar_url(data, indexed=True)
-        ds = TarShards(url, image=None, label=None, disk=0, **server.store_options())
+        ds = TarShards(_tar_url(data), image=None, label=None, disk=0, **server.store_options())
         ds.publish_index()
         ds.location.close()
     shutil.rmtree(cache, ignore_errors=True)
     return time.perf_counter() - t0
 
 
-def _tar_url(data: dict[str, Any], *, indexed: bool = False) -> str:
-    prefix = f"{data['tag']}-tars" + ("-ix" if indexed else "")
-    return f"s3://{BUCKET}/{prefix}/train-{{000000..{data['tars'] - 1:06d}}}.tar"
+def _tar_url(data: dict[str, Any]) -> str:
+    return f"s3://{BUCKET}/{data['tag']}-tars/train-{{000000..{data['tars'] - 1:06d}}}.tar"
 
 
 def one_run(
@@ -160,8 +157,8 @@ def _maker(
         opts = server.store_options(endpoint=endpoint)
         if name == "unstall mds":
             ds: Any = MDSShards(f"s3://{BUCKET}/{tag}-mds", image="image", label="label", **opts)
-        else:  # "indexed": the copy of the tars with the index objects beside them
-            ds = TarShards(_tar_url(data, indexed=name.endswith("indexed")), **opts)
+        else:  # "indexed": the index objects beside the shards are read; else ignored
+            ds = TarShards(_tar_url(data), beside_index=name.endswith("indexed"), **opts)
         return unstall.DataLoader(
             ds, batch_size=BATCH, shuffle=True, num_workers=WORKERS, collate_fn=_images
         )

@@ -60,6 +60,7 @@ class ShardDataset(torch.utils.data.Dataset):
             ``"full"`` (the full permutation: the first batch waits for every shard), or
             ``"auto"``: ``"window"`` for remote shards kept on local disk, else ``"full"``.
             A pure function of (seed, epoch) either way: exact resume and exactly once hold.
+        beside_index: use index objects stored beside the shards (`unstall index URL`).
         disk: local bytes for whole remote shards (``"auto"``: min(dataset + 10 %,
             half the free space, free space - 10 GiB)); a dataset larger is read with
             coalesced range GETs. Ignored for local shards.
@@ -82,6 +83,7 @@ class ShardDataset(torch.utils.data.Dataset):
         window: int = 8,
         disk: int | str = "auto",
         first_epoch: str = "auto",
+        beside_index: bool = True,
         **store_options: Any,
     ):
         if shuffle not in order.MODES:
@@ -95,7 +97,7 @@ class ShardDataset(torch.utils.data.Dataset):
         self.image = self.default_image if image == "default" else image
         self.label = self.default_label if label == "default" else label
         self.transform = transform
-        self.shuffle_mode, self.window = shuffle, window
+        self.shuffle_mode, self.window, self.beside_index = shuffle, window, beside_index
         self.files: ShardFiles | None = None
         if self.location.remote:
             self.files = ShardFiles(self.location.url)

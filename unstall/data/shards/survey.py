@@ -63,7 +63,7 @@ def gather(ds: Any, infos: list[ShardInfo]) -> list[ShardTable]:
     directory = index_dir(ds.location.url, ds.kind)
     tables: list[ShardTable | None] = [load(directory, info) for info in infos]
     local = sum(t is not None for t in tables)
-    beside = from_beside(ds, directory, infos, tables)
+    beside = from_beside(ds, directory, infos, tables) if ds.beside_index else 0
     todo = [i for i, t in enumerate(tables) if t is None]
     if todo:
         built = ds._build([infos[i] for i in todo], directory)
