@@ -84,7 +84,8 @@ class RangeOps:
         then: Callable[[str, str], Any] | None = None,
         parallel: int = DOWNLOADS,
     ) -> list[Any]:
-        """Whole objects into files, ``parallel`` at a time in the items' order.
+        """Whole objects into files in the items' order: the first alone, then ``parallel`` at
+        a time.
 
         Each destination is written once per node (its lock, module notes); a file at
         ``dest`` is always whole. ``then(dest, key)`` runs on a thread as each object is
@@ -94,7 +95,10 @@ class RangeOps:
         its error once they are done. No bound on the whole call: progress is bounded per
         piece.
         """
-        slots = asyncio.Semaphore(max(1, parallel))
+        # the first object alone (it lands at the whole bandwidth: a first batch that needs
+        # it waits for one object, not for ``parallel`` sharing the link), then ``parallel``
+        slots = asyncio.Semaphore(1)
+        ramp = [max(1, parallel) - 1]
 
         async def one(key: str, dest: str, size: int, etag: str | None) -> Any:
             loop = asyncio.get_running_loop()
@@ -109,6 +113,9 @@ class RangeOps:
                     )
                 finally:
                     locks.unlock(held)
+                    for _ in range(ramp[0]):  # the first is done (or failed): the others
+                        slots.release()
+                    ramp[0] = 0
 
         async def all_downloads() -> list[Any]:
             self._semaphore()  # type: ignore[attr-defined]
