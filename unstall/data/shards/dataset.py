@@ -104,6 +104,7 @@ class ShardDataset(torch.utils.data.Dataset):
         # the LIST, and each shard's index (stored, or built now and saved per shard)
         infos = survey.survey(self, keys, disk)
         infos, tables = self._tables(infos)
+        self.location.listed = {}  # the whole listing: not carried into workers
         self.index = ShardIndex(infos, tables)
         auto = self.location.remote and self.keep
         self.first_window = self.shuffle_mode == "full" and (
