@@ -49,7 +49,7 @@ class ShardTable:
     field name id (into ``fields``), an offset relative to the span start and a size.
     """
 
-    keys: list[str]
+    keys: Sequence[str]  # a list, or a `KeyTable` (loaded: no Python string per key)
     spans: np.ndarray  # (n, 2) int64
     fields: list[str] = field(default_factory=list)
     first: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
@@ -126,11 +126,10 @@ def from_bytes(data: bytes, info: ShardInfo) -> ShardTable | None:
             meta = z["meta"].tolist()
             if meta != [str(INDEX_VERSION), info.key, str(info.size), info.version]:
                 return None
-            keys = KeyTable.__new__(KeyTable)
-            keys._blob, keys._offsets = z["key_blob"].tobytes(), z["key_offsets"]
+            keys = KeyTable.from_arrays(z["key_blob"].tobytes(), z["key_offsets"])
             extra = {k[6:]: z[k] for k in z.files if k.startswith("extra_")}
             return ShardTable(
-                keys=list(keys),
+                keys=keys,
                 spans=z["spans"],
                 fields=[str(f) for f in z["fields"].tolist()],
                 first=z["first"],
@@ -145,13 +144,13 @@ def from_bytes(data: bytes, info: ShardInfo) -> ShardTable | None:
 
 def to_bytes(info: ShardInfo, table: ShardTable) -> bytes:
     """``table`` for ``info`` as the bytes of an ``.npz`` file (stored locally or beside)."""
-    keys = KeyTable(table.keys)
+    blob, offsets = as_key_table(table.keys).arrays()
     out = io.BytesIO()
     np.savez(
         out,
         meta=np.array([INDEX_VERSION, info.key, str(info.size), info.version]),
-        key_blob=np.frombuffer(keys._blob, dtype=np.uint8),
-        key_offsets=keys._offsets,
+        key_blob=np.frombuffer(blob, dtype=np.uint8),
+        key_offsets=offsets,
         spans=table.spans,
         fields=np.array(table.fields, dtype=str) if table.fields else np.zeros(0, dtype="U1"),
         first=table.first,
@@ -173,6 +172,22 @@ def save(directory: str, info: ShardInfo, table: ShardTable | bytes) -> None:
     os.replace(tmp, path)
 
 
+def as_key_table(keys: Sequence[str]) -> KeyTable:
+    return keys if isinstance(keys, KeyTable) else KeyTable(keys)
+
+
+def join_keys(parts: Sequence[Sequence[str]]) -> KeyTable:
+    """The keys of every part in order, as one table (tables joined without a string each)."""
+    arrays = [as_key_table(p).arrays() for p in parts]
+    if not arrays:
+        return KeyTable([])
+    blob = b"".join(b for b, _ in arrays)
+    bases = np.cumsum([0] + [len(b) for b, _ in arrays[:-1]])
+    shifted = [o[1:] + base for (_b, o), base in zip(arrays, bases, strict=True)]
+    offsets = np.concatenate([np.zeros(1, np.int64), *shifted])
+    return KeyTable.from_arrays(blob, offsets.astype(np.int64))
+
+
 class ShardIndex:
     """All shards' tables joined: sample ``i`` -> (shard, span, members), over arrays only.
 
@@ -191,7 +206,7 @@ class ShardIndex:
             if tables
             else np.zeros((0, 2), np.int64)
         )
-        self.keys = KeyTable(k for t in tables for k in t.keys)
+        self.keys = join_keys([t.keys for t in tables])
         self.fields: list[str] = []
         field_id: dict[str, int] = {}
         firsts, mfield, moff, msize = [np.zeros(1, np.int64)], [], [], []
@@ -237,5 +252,5 @@ class ShardIndex:
         counts = np.diff(self.shard_first).tolist()
         for s, n in zip(self.shards, counts, strict=True):
             digest.update(f"{s.key}\0{n}\n".encode())
-        digest.update(self.keys._blob)
+        digest.update(self.keys.arrays()[0])
         return digest.hexdigest()
