@@ -90,11 +90,11 @@ def test_index_beside_the_shards_second_node_reads_no_shard(
 ):
     """`unstall index URL` on one node; another node (its own cache directory) makes the
     dataset and its loader, asks len(loader) as Lightning does, and has read no shard, only
-    the index objects; its epochs give every sample once."""
+    the dataset's index manifest (one GET); its epochs give every sample once."""
     url, _paths, opts = s3_tars
     text = _index_command(url, seaweed)
     assert f"{SHARDS} tar shards, {N} samples indexed" in text
-    assert f"{SHARDS} index objects written" in text
+    assert f"{SHARDS + 1} index objects written" in text  # each shard's, and the manifest
     monkeypatch.setenv("UNSTALL_CACHE_DIR", str(tmp_path / "node2"))
     with DelayProxy(seaweed.endpoint) as proxy:
         ds = TarShards(url, **{**opts, "endpoint": proxy.endpoint})
@@ -104,9 +104,7 @@ def test_index_beside_the_shards_second_node_reads_no_shard(
         assert len(ds) == N and len(loader) == -(-N // 5)
         before = shard_gets(proxy)
         assert not [k for k in before if k.endswith(".tar")], before  # no shard read
-        assert sorted(k for k in before if k.endswith(".npz")) == [
-            f"train-{s:06d}.tar.npz" for s in range(SHARDS)
-        ]
+        assert sorted(k for k in before if k.endswith(".npz")) == ["tar.manifest.npz"]
         assert ds.stats()["shards"]["index"] == {"local": 0, "beside": SHARDS, "built": 0}
         for _ in range(2):
             assert sorted(epoch_ids(loader)) == list(range(N))
@@ -142,6 +140,7 @@ def test_index_of_a_local_directory_beside_its_shards(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "shards/_unstall_index/tar").iterdir()) == [
         f"{p.name}.npz" for p in paths
     ]
+    assert (tmp_path / "shards/_unstall_index/tar.manifest.npz").is_file()
     monkeypatch.setenv("UNSTALL_CACHE_DIR", str(tmp_path / "node2"))
     ds = TarShards(tmp_path / "shards")
     assert ds.stats()["shards"]["index"] == {"local": 0, "beside": SHARDS, "built": 0}
@@ -165,3 +164,32 @@ def test_cache_list_and_clear_cover_index_files(tmp_path, capsys, monkeypatch):
     assert f"removed {root} (shard index)" in capsys.readouterr().out
     again = TarShards(root)
     assert again.stats()["shards"]["index"] == {"local": 0, "beside": 0, "built": SHARDS}
+
+
+def test_manifest_holds_every_table_and_skips_a_rewritten_shard(tmp_path):
+    """The manifest gives back each shard's table exactly (keys, spans, members, labels);
+    a shard at another size or version than the manifest's is left out (to be indexed)."""
+    import numpy as np
+
+    from unstall.data.shards.index import ShardInfo
+    from unstall.data.shards.manifest import from_manifest, to_manifest
+    from unstall.data.shards.tar import index_tar
+
+    paths = make_tars(tmp_path / "shards")
+    infos = [ShardInfo(p.name, p.stat().st_size, f"v{n}") for n, p in enumerate(paths)]
+    tables = [index_tar(str(p), p.name) for p in paths]
+    data = to_manifest(infos, tables)
+    changed = [*infos[:2], ShardInfo(infos[2].key, infos[2].size, "v-new"), infos[3]]
+    got = from_manifest(data, changed)
+    assert sorted(got) == [infos[k].key for k in (0, 1, 3)]
+    for k in (0, 1, 3):
+        want, have = tables[k], got[infos[k].key]
+        assert list(have.keys) == list(want.keys)
+        assert np.array_equal(have.spans, want.spans)
+        assert np.array_equal(have.first, want.first)
+        assert [have.fields[f] for f in have.member_field] == [
+            want.fields[f] for f in want.member_field
+        ]
+        assert np.array_equal(have.member_off, want.member_off)
+        assert np.array_equal(have.extra["cls"], want.extra["cls"])
+    assert from_manifest(b"not a manifest", infos) == {}

@@ -108,16 +108,6 @@ def load(directory: str, info: ShardInfo) -> ShardTable | None:
         return None
 
 
-def stored_bytes(directory: str, info: ShardInfo) -> bytes | None:
-    """The stored file of ``info``'s table as it is (to publish it), if it is current."""
-    try:
-        with open(_file(directory, info), "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data if from_bytes(data, info) is not None else None
-
-
 def from_bytes(data: bytes, info: ShardInfo) -> ShardTable | None:
     """The table in ``data`` (a stored index file or object) if it was built from ``info``'s
     size and version, else None: a shard rewritten since is indexed again."""

@@ -24,8 +24,9 @@ from unstall.data.shards.index import (
     index_dir,
     load,
     save,
-    stored_bytes,
+    to_bytes,
 )
+from unstall.data.shards.manifest import from_manifest, manifest_key, to_manifest
 
 
 def survey(ds: Any, keys: list[str] | None, disk: int | str) -> list[ShardInfo]:
@@ -77,14 +78,24 @@ def gather(ds: Any, infos: list[ShardInfo]) -> list[ShardTable]:
 def from_beside(
     ds: Any, directory: str, infos: list[ShardInfo], tables: list[ShardTable | None]
 ) -> int:
-    """Fill ``tables``' gaps from index objects beside the shards (one GET each, all in flight,
-    only those the listing showed), saving them locally; returns how many were used."""
+    """Fill ``tables``' gaps from the index beside the shards: the dataset's manifest (one
+    GET for every shard) or each shard's own object (one GET each, all in flight), only
+    those the listing showed and built from the shard's current version; per-shard objects
+    are saved locally too. Returns how many shards were filled."""
     listed = ds.location.listed
+    used = 0
+    missing = [i for i, t in enumerate(tables) if t is None]
+    key = manifest_key(ds.kind)
+    if missing and key in listed:
+        got = from_manifest(ds.location.get_many([key])[0], [infos[i] for i in missing])
+        for i in missing:
+            if infos[i].key in got:
+                tables[i] = got[infos[i].key]
+                used += 1
     wanted = [(i, beside_key(ds.kind, infos[i].key)) for i, t in enumerate(tables) if t is None]
     present = [(i, key) for i, key in wanted if key in listed]
     if not present:
-        return 0
-    used = 0
+        return used
     blobs = ds.location.get_many([key for _, key in present])
     for (i, _key), data in zip(present, blobs, strict=True):
         table = from_bytes(data, infos[i])  # None: built from another version of the shard
@@ -96,16 +107,15 @@ def from_beside(
 
 
 def publish(ds: Any) -> int:
-    """Write every shard's index beside the shards (where the store is writable), so other
-    nodes and later runs read none of them to index them; returns the objects written."""
-    directory = index_dir(ds.location.url, ds.kind)
-    items = []
-    for info in ds.index.shards:
-        data = stored_bytes(directory, info)
-        if data is None:  # removed since (`unstall cache clear`): index it again
-            data_table = ds._build([info], directory)[0]
-            save(directory, info, data_table)
-            data = stored_bytes(directory, info)
-        items.append((beside_key(ds.kind, info.key), data))
+    """Write the index beside the shards (where the store is writable): each shard's object
+    and the dataset's manifest, so other nodes and later runs read no shard to index it;
+    returns the objects written."""
+    sources = ds.index_sources
+    infos = list(ds.index.shards)
+    tables = gather(ds, infos)  # stored locally or beside by now: nothing is read again
+    ds.index_sources = sources
+    pairs = zip(infos, tables, strict=True)
+    items = [(beside_key(ds.kind, i.key), to_bytes(i, t)) for i, t in pairs]
+    items.append((manifest_key(ds.kind), to_manifest(infos, tables)))
     ds.location.put_many(items)
     return len(items)
