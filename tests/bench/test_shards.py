@@ -34,3 +34,36 @@ def test_mosaic_imports_with_the_torchvision_stand_in():
     except ImportError as exc:
         pytest.skip(f"mosaicml-streaming not installed: {exc}")
     assert hasattr(streaming, "MDSWriter") and hasattr(streaming, "StreamingDataset")
+
+
+def test_scale_samples_are_distinct_and_numbered():
+    from unstall.bench.shards_scale import _number, samples
+
+    base = [(b"\xff\xd8jpeg-a\xff\xd9", 0), (b"\xff\xd8jpeg-b\xff\xd9", 1)]
+    got = list(samples(base, 5))
+    assert [n for n, _d, _l in got] == list(range(5))
+    assert len({d for _n, d, _l in got}) == 5  # each sample distinct, though 2 images
+    assert [_number(d) for _n, d, _l in got] == list(range(5))
+    assert [label for _n, _d, label in got] == [0, 1, 0, 1, 0]
+
+
+def test_scale_goals_from_the_runs():
+    from unstall.bench.shards_scale import LOADERS, _result
+
+    def got(first, e1, e2):
+        return {"first_batch_s": first, "epochs_s": [e1, e2], "exact": [True, True]}
+
+    by = {name: got(1.0, 10.0, 5.0) for name in LOADERS}
+    by["unstall tar indexed"] = got(1.5, 5.0, 1.0)
+    two = {**by, "unstall tar indexed": got(1.65, 10.0, 2.0)}
+    built = {"1x": {"samples": 1000}, "2x": {"samples": 2000}}
+    out = _result({"1x": {0: by}, "2x": {0: two}}, built, scale_gb=2.0, quick=False).to_json()
+    g = out["goals"]["0"]["unstall tar indexed"]
+    assert g == {
+        "first_batch_vs_webdataset": 1.5,
+        "epoch1_vs_webdataset": 2.0,
+        "epoch1_vs_mosaic": 2.0,
+        "epoch2_vs_webdataset": 5.0,
+        "first_batch_2x_vs_1x": 1.1,
+    }
+    assert out["exact"] is True and out["ratio"] == 2.0

@@ -23,6 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--repeats", type=int, help="runs to take the median of (benchmarks that repeat)"
     )
+    p.add_argument("--scale", action="store_true", help="`bench shards`: the 2 GB + 4 GB mode")
+    p.add_argument("--scale-gb", type=float, help="`bench shards --scale`: the size in GB")
     add_json(p, "the figures")
     p.add_argument(
         "--model",
@@ -44,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     extra = {"model": args.model} if "model" in params else {}
     if args.repeats is not None and "repeats" in params:
         extra["repeats"] = args.repeats
+    if "scale" in params:
+        extra.update(scale=args.scale, scale_gb=args.scale_gb)
     result = module.run(quick=args.quick, console=console, **extra)
     print_result(result, console)
     if args.json:

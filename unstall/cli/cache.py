@@ -12,7 +12,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Tiers of unstall.Cache on this node: shared-memory segments (in /dev/shm, "
         "or $UNSTALL_SHM_DIR) and local-disk tiers (in $UNSTALL_CACHE_DIR/tiers, default "
         "~/.cache/unstall/tiers); one per dataset, shared by all jobs of a user; and whole "
-        "remote shards copied by sharded datasets ($UNSTALL_CACHE_DIR/shards/files).",
+        "remote shards copied by sharded datasets and their indexes ($UNSTALL_CACHE_DIR/shards).",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     ls = actions.add_parser("list", help="table of tiers: capacity, use, disk space, live users")
@@ -73,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         if r["tier"] == "shards":  # whole remote shards copied by a sharded dataset
             size = format_bytes(r["file_bytes"])
-            table.add_row("shards", r["name"], r["location"], "-", "-", size,
-                          f"{r['shards']:,} shards", size, "-")  # fmt: skip
+            disk = format_bytes(r["file_bytes"] + r["index_bytes"])  # copies + index files
+            items = f"{r['shards']:,} shards, {r['indexes']:,} indexed"
+            table.add_row("shards", r["name"], r["location"], "-", "-", size, items, disk, "-")
             continue
         cap = r["capacity_bytes"]
         table.add_row(

@@ -9,7 +9,7 @@ import sys
 
 # subcommand -> module; each module defines add_parser(subparsers) and run(args) -> int.
 # Modules keep heavy imports (torch, numpy) inside run(), so `--help` stays fast.
-SUBCOMMANDS = ("demo", "run", "analyze", "make_dataset", "bench", "cache")
+SUBCOMMANDS = ("demo", "run", "analyze", "make_dataset", "bench", "cache", "index")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

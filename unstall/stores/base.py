@@ -71,6 +71,14 @@ class Store(ABC):
         inner = getattr(self, "inner", None)
         return inner.versions(keys) if isinstance(inner, Store) else None
 
+    def read_ranges(
+        self, items: Sequence[tuple[str, Sequence[tuple[int, int]], str | None]]
+    ) -> list[list[bytes]]:
+        """For each ``(key, [(start, end), ...], version or None)``, the bytes of its ranges;
+        a key no longer at that version raises rather than give stale bytes. Backends that
+        cannot read ranges raise NotImplementedError."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read byte ranges")
+
     def put(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key`` (used to write synthetic datasets)."""
         _check_key(key, self.url)

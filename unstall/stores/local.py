@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -37,6 +38,7 @@ class LocalStore(Store):
                 store=str(self.root),
             )
         self.bypass_page_cache = bypass_page_cache
+        self._fds: dict[str, tuple[int, int]] = {}  # key -> (descriptor, pid): `read_range`
 
     @property
     def url(self) -> str:
@@ -78,6 +80,67 @@ class LocalStore(Store):
             return data
         finally:
             os.close(fd)
+
+    def read_range(
+        self, key: str, start: int, end: int, *, size: int | None = None, version: str | None = None
+    ) -> bytes:
+        """Bytes ``[start, end)`` of ``key``'s file, in place (``pread``), after checking it is
+        still the ``size`` and ``version`` (``mtime_ns``) the caller read it at, if given.
+
+        Checked on every read (an ``fstat``, about a microsecond): a file rewritten in place
+        keeps its inode, so an open descriptor would read new bytes at old offsets.
+        """
+        pid = os.getpid()
+        fds = self.__dict__.setdefault("_fds", {})
+        got = fds.get(key)
+        if got is None or got[1] != pid:
+            try:
+                got = (os.open(os.path.join(self.root, key), os.O_RDONLY), pid)
+            except FileNotFoundError:
+                raise MissingKeyError(
+                    f"key {key!r} not found in local store {self.url!r}", key=key, store=self.url
+                ) from None
+            fds[key] = got
+        if size is not None or version is not None:
+            st = os.fstat(got[0])
+            if (size is not None and st.st_size != size) or (
+                version is not None and str(st.st_mtime_ns) != version
+            ):
+                raise StoreError(
+                    f"shard {key!r} under {self.url!r} changed since it was indexed (size "
+                    f"{size} -> {st.st_size}, mtime_ns {version} -> {st.st_mtime_ns}): make "
+                    "the dataset again to re-index it",
+                    key=key,
+                    store=self.url,
+                )
+        data = os.pread(got[0], end - start, start)
+        if len(data) != end - start:
+            raise StoreError(
+                f"shard {key!r} under {self.url!r} is shorter than its index says "
+                f"({start}..{end} asked, {len(data)} bytes read): it changed; make the dataset "
+                "again to re-index it",
+                key=key,
+                store=self.url,
+            )
+        return data
+
+    def read_ranges(
+        self, items: Sequence[tuple[str, Sequence[tuple[int, int]], str | None]]
+    ) -> list[list[bytes]]:
+        """For each ``(key, [(start, end), ...], mtime_ns or None)``, its ranges' bytes."""
+        return [[self.read_range(k, a, b, version=v) for a, b in r] for k, r, v in items]
+
+    def close(self) -> None:
+        """Close this process's descriptors (`read_range`)."""
+        pid = os.getpid()
+        for fd, owner in self.__dict__.get("_fds", {}).values():
+            if owner == pid:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fds = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_fds": {}}
 
     def _list(self, prefix: str) -> list[str]:
         return [key for key, _ in _scan(self.root, prefix, stat=False)]

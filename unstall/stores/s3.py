@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -137,6 +137,30 @@ class S3Store(Store):
             return  # this process's requests go through a helper: no look-ahead there
         self._client().prefetch(list(keys))
 
+    def read_ranges(
+        self, items: Sequence[tuple[str, Sequence[tuple[int, int]], str | None]]
+    ) -> list[list[bytes]]:
+        """For each ``(key, [(start, end), ...], ETag or None)``, the bytes of its ranges, all
+        in flight; an answer with another ETag raises `ObjectChangedError` (never stale bytes)."""
+        work = [(key, [(int(a), int(b)) for a, b in ranges], etag) for key, ranges, etag in items]
+        return self._client().read_ranges(work) if work else []
+
+    def download(
+        self,
+        items: Sequence[tuple[str, str, int, str | None]],
+        then: Callable[[str, str], Any] | None = None,
+        *,
+        parallel: int | None = None,
+    ) -> list[Any]:
+        """Whole objects ``(key, dest path, size, ETag or None)`` into local files, streamed,
+        ``parallel`` at a time in the given order, each once per node (a lock beside ``dest``);
+        ``then(dest, key)`` runs on each as it is present (`RangeOps.download_many`)."""
+        from unstall.stores.s3_ranges import DOWNLOADS
+
+        if not items:
+            return []
+        return self._client().download_many(list(items), then, parallel or DOWNLOADS)
+
     def _list(self, prefix: str) -> list[str]:
         keys = self._client().list(prefix.strip("/"))
         if not keys:
@@ -237,6 +261,14 @@ class _HelperBackend:
     def get_many(self, keys: list[str]) -> list[bytes]:
         bound_s = self._bound * self._rounds(len(keys)) + 30
         return self.helper.call("get_many", keys, bound_s=bound_s)
+
+    def read_ranges(self, items: list[Any]) -> list[list[bytes]]:
+        n = sum(len(ranges) for _key, ranges, _etag in items)
+        return self.helper.call("read_ranges", items, bound_s=self._bound * self._rounds(n) + 30)
+
+    def download_many(self, items: list[Any], then: Any, parallel: int) -> list[Any]:
+        # no bound on the whole call: the helper bounds each stream's progress piece by piece
+        return self.helper.call("download_many", items, then, parallel, bound_s=None)
 
     def list(self, prefix: str) -> list[str]:
         return self.helper.call("list", prefix, bound_s=self._bound * 100)

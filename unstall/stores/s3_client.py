@@ -23,12 +23,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import TypeVar
 
 from unstall.errors import AccessDeniedError, MissingKeyError, StoreError
 from unstall.stores import obstore_runtime
 from unstall.stores.s3_config import S3Settings
 from unstall.stores.s3_errors import classify, range_refused, short
+from unstall.stores.s3_ranges import CHUNK, RangeOps
 from unstall.stores.s3_stats import SharedStats
 
 T = TypeVar("T")
@@ -41,8 +43,11 @@ PROBES = 3
 WHOLE = 1 << 62
 
 
-class Fetcher:
-    """The in-process client of one store in one process; built lazily, never shared."""
+class Fetcher(RangeOps):
+    """The in-process client of one store in one process; built lazily, never shared.
+
+    Byte ranges and whole-object downloads (`RangeOps`) use the same client and retry rule.
+    """
 
     def __init__(self, settings: S3Settings, stats: SharedStats):
         pid = os.getpid()
@@ -61,7 +66,12 @@ class Fetcher:
         self.settings = settings
         self.stats = stats
         self.pid = pid
-        self.client = ObStore(settings.bucket, **settings.obstore_kwargs(pid=pid))
+        kwargs = settings.obstore_kwargs(pid=pid)
+        # a whole-object stream (`RangeOps.download_many`) may take longer than one request's
+        # timeout: every attempt is bounded here (`_retrying`), a stream per piece; this is a
+        # ceiling
+        kwargs["client_options"]["timeout"] = timedelta(seconds=settings.timeout + CHUNK / 2**20)
+        self.client = ObStore(settings.bucket, **kwargs)
         self.max_inflight = settings.max_inflight
         self.latency_s: float | None = None
         self._loop = asyncio.new_event_loop()
@@ -117,7 +127,7 @@ class Fetcher:
             self.stats.add(list_requests=max(pages, 1))
             return keys
 
-        return self._run(self._retrying(f"listing {prefix or '(all)'}", listing), 1)
+        return self._run(self._retrying(f"listing {prefix or '(all)'}", listing, count=False), 1)
 
     def list_entries(self, prefix: str) -> list[tuple[str, int, str, int]]:
         """``(key, size, etag, mtime_ns)`` of every object under ``prefix``."""
@@ -136,7 +146,7 @@ class Fetcher:
             self.stats.add(list_requests=max(pages, 1))
             return rows
 
-        return self._run(self._retrying(f"listing {prefix or '(all)'}", listing), 1)
+        return self._run(self._retrying(f"listing {prefix or '(all)'}", listing, count=False), 1)
 
     def put(self, key: str, data: bytes) -> None:
         import obstore
@@ -188,11 +198,12 @@ class Fetcher:
         self.stats.set(latency_ms=self.latency_s * 1000, max_inflight=self.max_inflight)
         return n
 
-    def _run(self, coro: Awaitable[T], rounds: int) -> T:
-        """Run ``coro`` on the loop thread; bounded, so a stuck request cannot hang a worker."""
+    def _run(self, coro: Awaitable[T], rounds: int | None) -> T:
+        """Run ``coro`` on the loop thread; bounded, so a stuck request cannot hang a worker
+        (``rounds=None``: unbounded, for work whose progress is bounded piece by piece)."""
         s = self.settings
         per_key = (s.retries + 1) * (s.timeout + 1.0 + s.max_backoff_s)
-        deadline = rounds * per_key + 5.0
+        deadline = None if rounds is None else rounds * per_key + 5.0
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
         try:
             return future.result(timeout=deadline)
@@ -283,8 +294,17 @@ class Fetcher:
         key: str,
         attempt: Callable[[], Awaitable[T]],
         sem: asyncio.Semaphore | None = None,
+        *,
+        limit: float | None = -1.0,
+        count: bool = True,
     ) -> T:
+        """``attempt()`` until it succeeds, a retryable failure at most ``retries`` times, with
+        exponential backoff and full jitter: the one retry rule of every S3 request. Each
+        attempt is bounded by ``limit`` seconds (default the timeout + 1 s; None: by itself,
+        as a stream checks its own progress); ``count``: attempts count as requests."""
         s = self.settings
+        if limit is not None and limit < 0:
+            limit = s.timeout + 1.0
         last: BaseException | None = None
         last_desc = "none"
         for n in range(s.retries + 1):
@@ -292,12 +312,13 @@ class Fetcher:
                 self._count("retries", 1)
                 cap = min(s.max_backoff_s, s.backoff_s * 2 ** (n - 1))
                 await asyncio.sleep(random.uniform(0, cap))  # full jitter
-            self._count("requests", 1)
+            if count:
+                self._count("requests", 1)
             t0 = time.perf_counter()
             try:
                 async with sem or contextlib.nullcontext():
-                    return await _within(attempt(), s.timeout + 1.0)
-            except asyncio.CancelledError:
+                    return await (attempt() if limit is None else _within(attempt(), limit))
+            except (asyncio.CancelledError, StoreError):  # StoreError: ours, already final
                 raise
             except Exception as exc:
                 kind = classify(exc)

@@ -40,8 +40,9 @@ class Helper:
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _shutdown, self._conn, self._proc, self.pid)
 
-    def call(self, op: str, *args: Any, bound_s: float) -> Any:
-        """Run ``Fetcher.<op>(*args)`` in the helper; its exception re-raises here."""
+    def call(self, op: str, *args: Any, bound_s: float | None) -> Any:
+        """Run ``Fetcher.<op>(*args)`` in the helper; its exception re-raises here.
+        ``bound_s=None``: no bound (an op that bounds its own progress, e.g. downloads)."""
         with self._lock:
             if not self._proc.is_alive():
                 raise StoreError(
@@ -54,7 +55,7 @@ class Helper:
                 self._proc.kill()
                 raise StoreError(
                     f"S3 helper process {self._proc.pid} did not answer {op} on "
-                    f"{self.settings.url} within {bound_s:.0f} s; killed it",
+                    f"{self.settings.url} within {bound_s or 0:.0f} s; killed it",
                     store=self.settings.url,
                 )
             try:

@@ -67,6 +67,8 @@ class SeaweedServer:
         start_timeout: seconds to wait for the server to accept writes.
         stop_timeout: seconds to wait after SIGTERM before SIGKILL (weed can take
             15 s or more to stop by itself; its data is temporary anyway).
+        volume_max: volumes of 256 MB the server may make (its capacity: 4 GB by default;
+            benchmarks of larger datasets raise it).
     """
 
     def __init__(
@@ -75,8 +77,10 @@ class SeaweedServer:
         *,
         start_timeout: float = 30.0,
         stop_timeout: float = 2.0,
+        volume_max: int = 16,
     ):
         self.buckets = list(buckets)
+        self.volume_max = volume_max
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.access_key = ACCESS_KEY
@@ -155,7 +159,8 @@ class SeaweedServer:
             "-s3", f"-s3.port={s3}", f"-s3.port.grpc={grpc[3]}", f"-s3.config={config}",
             f"-s3.localSocket={Path(self.dir, 's3.sock')}",
             "-s3.port.iceberg=0", "-s3.port.lance=0",
-            "-master.volumeSizeLimitMB=256", "-volume.max=16", "-master.telemetry=false",
+            "-master.volumeSizeLimitMB=256", f"-volume.max={self.volume_max}",
+            "-master.telemetry=false",
         ]  # fmt: skip
         log = open(Path(self.dir, "weed.log"), "wb")  # noqa: SIM115 (child keeps it)
         try:

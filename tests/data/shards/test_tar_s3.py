@@ -187,7 +187,7 @@ def test_cache_list_and_clear_show_shard_copies(s3_tars, capsys, monkeypatch):
     assert main(["cache", "clear", url]) == 0
     assert f"removed {url} (shard copies)" in capsys.readouterr().out
     assert not os.path.exists(ds.files.dir)
-    again = TarShards(url, **opts)  # the index is kept; the copies come again on first read
+    again = TarShards(url, **opts)  # copies and index cleared: fetched (and indexed) again
     assert [again[i][1] for i in range(N)] == list(range(N))
     assert again.stats()["shards"]["requests"] == SHARDS
 
@@ -195,10 +195,10 @@ def test_cache_list_and_clear_show_shard_copies(s3_tars, capsys, monkeypatch):
 def test_a_cut_download_resumes_where_it_stopped(s3_tars, seaweed, monkeypatch):
     """A shard stream cut part way is resumed from its first missing byte, not fetched again:
     the bytes received add up to the shards' sizes exactly, though streams were cut."""
-    from unstall.data.shards import s3_client
+    from unstall.stores import s3_ranges
     from unstall.testing import DelayProxy
 
-    monkeypatch.setattr(s3_client, "STREAM_PIECE", 64)  # pieces land before the proxy's cut
+    monkeypatch.setattr(s3_ranges, "STREAM_PIECE", 64)  # pieces land before the proxy's cut
     url, paths, opts = s3_tars
     cut = {"faults": ("truncate",), "truncate_after": 3000}  # the head, then part of the body
     with DelayProxy(seaweed.endpoint, fail_rate=0.5, seed=5, **cut) as proxy:

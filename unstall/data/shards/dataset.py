@@ -7,10 +7,14 @@ them unchanged. How a batch's spans are read depends on where the shards are:
 
 - local files: ``pread`` in place;
 - remote, the dataset fits the local shard budget (the default): each shard is
-  downloaded whole once per node (`ShardFiles`, ranged GETs in flight) and
-  read from there;
+  downloaded whole once per node (`ShardFiles`), in the background in the order
+  the epoch needs them, and read from there;
 - remote, larger than the budget: the batch's spans are read with a few
   coalesced range GETs per shard (`plan_ranges`).
+
+Every request goes through the location's store (`unstall.stores`). Making the
+dataset lists the shards and finds each one's index (`survey`); with a stored
+index (local, or beside the shards) it reads no shard.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from unstall.data.shards import order
-from unstall.data.shards.index import ShardIndex, ShardInfo, ShardTable, index_dir, load, save
+from unstall.data.shards import order, survey
+from unstall.data.shards.index import ShardIndex, ShardInfo, ShardTable
 from unstall.data.shards.location import Location
 from unstall.data.shards.ranges import plan_ranges
 from unstall.data.shards.shard_files import ShardFiles
@@ -49,7 +53,14 @@ class ShardDataset(torch.utils.data.Dataset):
         shuffle: ``"full"`` (with the loader's ``shuffle=True``: a permutation of the
             whole dataset each epoch) or ``"window"`` (shards in a new order each
             epoch, samples shuffled within windows of ``window`` shards).
-        window: shards per window for ``shuffle="window"``.
+        window: shards per window for ``shuffle="window"`` (and the first epoch's windows).
+        first_epoch: the order of epoch 0 with ``shuffle="full"``: ``"window"`` (shards in
+            download order, samples permuted within windows of 1, 2, 4 ... ``window``
+            shards, so training starts when the first shard lands while the rest arrive),
+            ``"full"`` (the full permutation: the first batch waits for every shard), or
+            ``"auto"``: ``"window"`` for remote shards kept on local disk, else ``"full"``.
+            A pure function of (seed, epoch) either way: exact resume and exactly once hold.
+        beside_index: use index objects stored beside the shards (`unstall index URL`).
         disk: local bytes for whole remote shards (``"auto"``: min(dataset + 10 %,
             half the free space, free space - 10 GiB)); a dataset larger is read with
             coalesced range GETs. Ignored for local shards.
@@ -71,25 +82,34 @@ class ShardDataset(torch.utils.data.Dataset):
         shuffle: str = "full",
         window: int = 8,
         disk: int | str = "auto",
+        first_epoch: str = "auto",
+        beside_index: bool = True,
         **store_options: Any,
     ):
         if shuffle not in order.MODES:
             raise ValueError(f"shuffle={shuffle!r} must be one of {', '.join(order.MODES)}")
         if window < 1:
             raise ValueError(f"window={window} must be >= 1 shard")
+        if first_epoch not in ("auto", "window", "full"):
+            raise ValueError(f"first_epoch={first_epoch!r} must be 'auto', 'window' or 'full'")
         root, keys = resolve(source, self.suffixes)
         self.location = Location(root, **store_options)
         self.image = self.default_image if image == "default" else image
         self.label = self.default_label if label == "default" else label
         self.transform = transform
-        self.shuffle_mode, self.window = shuffle, window
+        self.shuffle_mode, self.window, self.beside_index = shuffle, window, beside_index
         self.files: ShardFiles | None = None
         if self.location.remote:
             self.files = ShardFiles(self.location.url)
-        # LIST, budget, downloads and indexing in one forked child for remote shards
-        infos, tables, state = self.location.forked(self._survey, keys, disk)
-        self.__dict__.update(state)
+        # the LIST, and each shard's index (stored, or built now and saved per shard)
+        infos = survey.survey(self, keys, disk)
+        infos, tables = self._tables(infos)
+        self.location.listed = {}  # the whole listing: not carried into workers
         self.index = ShardIndex(infos, tables)
+        auto = self.location.remote and self.keep
+        self.first_window = self.shuffle_mode == "full" and (
+            auto if first_epoch == "auto" else first_epoch == "window"
+        )
         if len(self.index) == 0:
             raise EmptyDatasetError(f"the shards under {self.location.url!r} hold no samples")
         self._check_fields()
@@ -104,48 +124,19 @@ class ShardDataset(torch.utils.data.Dataset):
         return self.index.spans, None
 
     # Index ------------------------------------------------------------------------------
-    def _survey(
-        self, keys: list[str] | None, disk: int | str
-    ) -> tuple[list[ShardInfo], list[ShardTable], dict[str, Any]]:
-        """The shards (listed), each one's table, and the attributes the survey set (how
-        remote shards are read; a format's own, e.g. MDS columns), to set in the caller."""
-        before = set(vars(self))
-        infos = self.location.listing(keys, self.suffixes)
-        total = sum(i.size for i in infos)
-        #: keep: every remote shard copied to local disk once; windowed: the current
-        #: window's shards copied, older ones evicted
-        self.keep = self.windowed = False
-        budget = total
-        if self.location.remote:
-            from unstall.cache.tiers import auto_disk_bytes
-
-            budget = auto_disk_bytes(total) if disk == "auto" else int(disk)
-            self.keep = total <= budget
-            biggest = max((i.size for i in infos), default=0)
-            self.windowed = (
-                not self.keep
-                and self.shuffle_mode == "window"
-                and budget >= (self.window + 1) * biggest > 0
-            )
-            assert self.files is not None
-            self.files.remove_stale(infos)
-        self.disk_budget = budget
-        infos, tables = self._tables(infos)
-        return infos, tables, {k: v for k, v in vars(self).items() if k not in before}
-
     def _tables(self, infos: list[ShardInfo]) -> tuple[list[ShardInfo], list[ShardTable]]:
         """The shards and each one's table: stored ones reused, the others built (`_build`)."""
-        directory = index_dir(self.location.url, self.kind)
-        tables: list[ShardTable | None] = [load(directory, info) for info in infos]
-        todo = [i for i, t in enumerate(tables) if t is None]
-        if todo:
-            for i, table in zip(todo, self._build([infos[i] for i in todo]), strict=True):
-                save(directory, infos[i], table)
-                tables[i] = table
-        return infos, tables  # type: ignore[return-value]  # every None was filled
+        return infos, survey.gather(self, infos)
 
-    def _build(self, infos: list[ShardInfo]) -> list[ShardTable]:
-        """Index these shards (not indexed yet, or changed since)."""
+    def publish_index(self) -> int:
+        """Write each shard's index beside the shards (``_unstall_index/<format>/``), so other
+        nodes and later runs read no shard to index it (`unstall index URL`); returns the
+        number of index objects written. The store must be writable."""
+        return survey.publish(self)
+
+    def _build(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
+        """Index these shards (not indexed yet, or changed since); a format may save each
+        table in ``directory`` as it completes (`index.save`)."""
         raise NotImplementedError
 
     def _check_fields(self) -> None:
@@ -241,13 +232,14 @@ class ShardDataset(torch.utils.data.Dataset):
     prefetches = True
 
     def prefetch(self, indices: Sequence[int]) -> None:
-        """Start copying the shards of upcoming samples (window mode; a hint, never raises)."""
-        if not self.windowed or self.files is None:
+        """Start copying the shards of upcoming samples (remote shards kept or windowed; a
+        hint, never raises)."""
+        if self.files is None or not (self.windowed or self.keep):
             return
         infos = self.index.shards
         needed = [infos[s] for s in dict.fromkeys(self.index.sample_shard[list(indices)].tolist())]
         missing = [i for i in needed if not self.files.have(i)]
-        if missing:
+        if missing and not self.files.background_running():
             import threading
 
             def run() -> None:
@@ -341,11 +333,36 @@ class ShardDataset(torch.utils.data.Dataset):
 
     # Order ------------------------------------------------------------------------------
     def epoch_order(self, seed: int, epoch: int) -> np.ndarray | None:
-        """The order of a shuffled epoch: None (the loader's full permutation) or, for
-        ``shuffle="window"``, shards in a new order with samples mixed per window."""
-        if self.shuffle_mode != "window":
-            return None
-        return order.window_order(self.index.shard_first, self.window, seed=seed, epoch=epoch)
+        """The order of a shuffled epoch: None (the loader's full permutation), the
+        shard-window order (``shuffle="window"``), or for epoch 0 of remote shards still
+        arriving (``first_epoch``) windows of 1, 2, 4 ... shards in download order.
+
+        Asked by the loader as each epoch starts: shards not yet local are then downloaded
+        in the background in the order this epoch needs them.
+        """
+        if self.shuffle_mode == "window":
+            out = order.window_order(self.index.shard_first, self.window, seed=seed, epoch=epoch)
+        elif self.first_window and epoch == 0:
+            out = order.first_epoch_order(
+                self.index.shard_first, self.window, seed=seed, epoch=epoch
+            )
+        else:
+            out = None
+        self._download_ahead(out)
+        return out
+
+    def _download_ahead(self, samples: np.ndarray | None) -> None:
+        """Shards of remote data kept on local disk, downloaded in the background in the
+        order ``samples`` need them (shard order for the full permutation: every batch
+        needs most shards)."""
+        if not (self.keep and self.files is not None):
+            return
+        shards = (
+            range(len(self.index.shards))
+            if samples is None
+            else order.shards_in_order(self.index.sample_shard, samples)
+        )
+        self.files.start_background(self.location, [self.index.shards[s] for s in shards])
 
     # Stats ------------------------------------------------------------------------------
     def mode(self) -> str:
@@ -370,10 +387,17 @@ class ShardDataset(torch.utils.data.Dataset):
             "samples": len(self.index),
             "read": self.mode(),
             "shuffle": order.describe(self.shuffle_mode, self.window, len(self.index.shards)),
+            "first_epoch": (
+                order.describe_first(self.window, len(self.index.shards))
+                if self.first_window
+                else "as the other epochs"
+            ),
+            "index": dict(self.index_sources),
         }
         if self.location.remote:
             out.update(self.location.stats())
             assert self.files is not None
             out["disk_budget_bytes"] = self.disk_budget
             out["local_dir"] = self.files.dir
+            out["local_shards"] = sum(self.files.have(i) for i in self.index.shards)
         return {"shards": out}

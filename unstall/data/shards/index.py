@@ -2,15 +2,22 @@
 
 Built once per shard (tar: its member headers; MDS: its offset table; Parquet:
 its footer) and kept as one small ``.npz`` per shard under
-``$UNSTALL_CACHE_DIR/shards/index/<location>/``, next to the caches. Each
-file records the shard's size and version (ETag on S3, mtime locally): a shard
-whose size or version differs is indexed again, never read at stale offsets.
+``$UNSTALL_CACHE_DIR/shards/index/<location>/``, next to the caches, saved as
+each shard completes (a survey stopped part way resumes where it stopped). The
+same bytes can be kept beside the shards, ``<location>/_unstall_index/<format>/
+<shard>.npz`` (`unstall index URL`), so other nodes and later runs read no shard
+to index it. Each records the shard's size and version (ETag on S3, mtime
+locally): a shard whose size or version differs is indexed again, never read at
+stale offsets.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +27,8 @@ from unstall.cache.disk_tier import cache_dir
 from unstall.data.keys import KeyTable
 
 INDEX_VERSION = 2
+#: Where index objects beside the shards live, under the shards' location.
+BESIDE = "_unstall_index"
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,7 @@ class ShardTable:
     field name id (into ``fields``), an offset relative to the span start and a size.
     """
 
-    keys: list[str]
+    keys: Sequence[str]  # a list, or a `KeyTable` (loaded: no Python string per key)
     spans: np.ndarray  # (n, 2) int64
     fields: list[str] = field(default_factory=list)
     first: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
@@ -50,10 +59,34 @@ class ShardTable:
     extra: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+#: A file in each local directory of a location (copies, index) naming it: `unstall cache list`.
+LOCATION_FILE = "location.txt"
+
+
+def index_root() -> str:
+    """Where every location's local index files are: ``$UNSTALL_CACHE_DIR/shards/index``."""
+    return os.path.join(cache_dir(), "shards", "index")
+
+
 def index_dir(location: str, kind: str) -> str:
-    """Where the per-shard index files of ``kind`` shards at ``location`` are kept."""
+    """Where the per-shard index files of ``kind`` shards at ``location`` are kept (made, and
+    named by its location, here)."""
     digest = hashlib.blake2b(f"{kind}:{location}".encode(), digest_size=12).hexdigest()
-    return os.path.join(cache_dir(), "shards", "index", digest)
+    directory = os.path.join(index_root(), digest)
+    name_dir(directory, location)
+    return directory
+
+
+def name_dir(directory: str, location: str) -> None:
+    """Make ``directory`` and record in it which location it holds files of."""
+    os.makedirs(directory, exist_ok=True)
+    named = os.path.join(directory, LOCATION_FILE)
+    if not os.path.exists(named):
+        with contextlib.suppress(OSError):
+            tmp = f"{named}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(location)
+            os.replace(tmp, named)
 
 
 def _file(directory: str, info: ShardInfo) -> str:
@@ -61,19 +94,32 @@ def _file(directory: str, info: ShardInfo) -> str:
     return os.path.join(directory, f"{digest}.npz")
 
 
+def beside_key(kind: str, key: str) -> str:
+    """The key of the index object of shard ``key``, beside the shards (`unstall index URL`)."""
+    return f"{BESIDE}/{kind}/{key}.npz"
+
+
 def load(directory: str, info: ShardInfo) -> ShardTable | None:
     """The stored table of ``info``'s shard if it was built from this size and version."""
-    path = _file(directory, info)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with open(_file(directory, info), "rb") as f:
+            return from_bytes(f.read(), info)
+    except OSError:
+        return None
+
+
+def from_bytes(data: bytes, info: ShardInfo) -> ShardTable | None:
+    """The table in ``data`` (a stored index file or object) if it was built from ``info``'s
+    size and version, else None: a shard rewritten since is indexed again."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
             meta = z["meta"].tolist()
-            if meta != [INDEX_VERSION, info.key, str(info.size), info.version]:
+            if meta != [str(INDEX_VERSION), info.key, str(info.size), info.version]:
                 return None
-            keys = KeyTable.__new__(KeyTable)
-            keys._blob, keys._offsets = z["key_blob"].tobytes(), z["key_offsets"]
+            keys = KeyTable.from_arrays(z["key_blob"].tobytes(), z["key_offsets"])
             extra = {k[6:]: z[k] for k in z.files if k.startswith("extra_")}
             return ShardTable(
-                keys=list(keys),
+                keys=keys,
                 spans=z["spans"],
                 fields=[str(f) for f in z["fields"].tolist()],
                 first=z["first"],
@@ -82,21 +128,19 @@ def load(directory: str, info: ShardInfo) -> ShardTable | None:
                 member_size=z["member_size"],
                 extra=extra,
             )
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, EOFError):
         return None
 
 
-def save(directory: str, info: ShardInfo, table: ShardTable) -> None:
-    """Store ``table`` for ``info`` (atomically: a reader sees the old file or the new one)."""
-    os.makedirs(directory, exist_ok=True)
-    keys = KeyTable(table.keys)
-    path = _file(directory, info)
-    tmp = f"{path}.{os.getpid()}.tmp.npz"
+def to_bytes(info: ShardInfo, table: ShardTable) -> bytes:
+    """``table`` for ``info`` as the bytes of an ``.npz`` file (stored locally or beside)."""
+    blob, offsets = as_key_table(table.keys).arrays()
+    out = io.BytesIO()
     np.savez(
-        tmp,
+        out,
         meta=np.array([INDEX_VERSION, info.key, str(info.size), info.version]),
-        key_blob=np.frombuffer(keys._blob, dtype=np.uint8),
-        key_offsets=keys._offsets,
+        key_blob=np.frombuffer(blob, dtype=np.uint8),
+        key_offsets=offsets,
         spans=table.spans,
         fields=np.array(table.fields, dtype=str) if table.fields else np.zeros(0, dtype="U1"),
         first=table.first,
@@ -105,7 +149,33 @@ def save(directory: str, info: ShardInfo, table: ShardTable) -> None:
         member_size=table.member_size,
         **{f"extra_{k}": v for k, v in table.extra.items()},
     )
+    return out.getvalue()
+
+
+def save(directory: str, info: ShardInfo, table: ShardTable | bytes) -> None:
+    """Store ``table`` for ``info`` (atomically: a reader sees the old file or the new one)."""
+    os.makedirs(directory, exist_ok=True)
+    path = _file(directory, info)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(table if isinstance(table, bytes) else to_bytes(info, table))
     os.replace(tmp, path)
+
+
+def as_key_table(keys: Sequence[str]) -> KeyTable:
+    return keys if isinstance(keys, KeyTable) else KeyTable(keys)
+
+
+def join_keys(parts: Sequence[Sequence[str]]) -> KeyTable:
+    """The keys of every part in order, as one table (tables joined without a string each)."""
+    arrays = [as_key_table(p).arrays() for p in parts]
+    if not arrays:
+        return KeyTable([])
+    blob = b"".join(b for b, _ in arrays)
+    bases = np.cumsum([0] + [len(b) for b, _ in arrays[:-1]])
+    shifted = [o[1:] + base for (_b, o), base in zip(arrays, bases, strict=True)]
+    offsets = np.concatenate([np.zeros(1, np.int64), *shifted])
+    return KeyTable.from_arrays(blob, offsets.astype(np.int64))
 
 
 class ShardIndex:
@@ -126,7 +196,7 @@ class ShardIndex:
             if tables
             else np.zeros((0, 2), np.int64)
         )
-        self.keys = KeyTable(k for t in tables for k in t.keys)
+        self.keys = join_keys([t.keys for t in tables])
         self.fields: list[str] = []
         field_id: dict[str, int] = {}
         firsts, mfield, moff, msize = [np.zeros(1, np.int64)], [], [], []
@@ -172,5 +242,5 @@ class ShardIndex:
         counts = np.diff(self.shard_first).tolist()
         for s, n in zip(self.shards, counts, strict=True):
             digest.update(f"{s.key}\0{n}\n".encode())
-        digest.update(self.keys._blob)
+        digest.update(self.keys.arrays()[0])
         return digest.hexdigest()

@@ -1,15 +1,18 @@
 """Where a dataset's shards live: a local directory (read in place) or an ``s3://`` prefix.
 
-`Location` lists shards with their size and version (local: ``mtime_ns``; S3:
-ETag, from the same LIST request), reads byte ranges, and downloads whole
-shards. Remote requests are made by a `ShardClient` built in each process; the
-process that made the location (which forks loader workers later) sends its
-requests to a short-lived forked child instead, as `unstall.stores.s3` does.
+`Location` is the shard readers' one way to storage: a store of `unstall.stores`
+(`LocalStore` or `S3Store`) does every request. It lists shards with their size
+and version (local: ``mtime_ns``; S3: ETag, from the same LIST request), reads
+byte ranges (checked against that version) and downloads whole shards. The
+store keeps S3 clients out of forked workers (the process that made it sends
+its requests to the store's helper process; each worker builds its own client),
+and retries with the store's one rule.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from unstall.data.shards.index import ShardInfo
@@ -27,52 +30,33 @@ class Location:
 
     def __init__(self, root: str, **store_options: Any):
         self.remote = root.startswith("s3://")
-        self._client: Any = None
-        self._client_pid = -1
-        self._owner = os.getpid()
-        self._fds: dict[str, tuple[int, int]] = {}  # local: key -> (fd, pid)
+        #: every object of the last listing: key -> (size, version) (index objects included)
+        self.listed: dict[str, tuple[int, str]] = {}
         if self.remote:
-            from unstall.stores.s3_config import resolve
-            from unstall.stores.s3_stats import SharedStats
+            from unstall.stores.s3 import S3Store
 
-            opts = dict(store_options)
-            self.settings = resolve(
-                root,
-                endpoint=opts.pop("endpoint", None),
-                region=opts.pop("region", None),
-                config=opts.pop("config", None),
-                retries=opts.pop("retries", 6),
-                timeout=opts.pop("timeout", 30.0),
-                **opts,
-            )
-            self.stats_block = SharedStats()
-            self.url = self.settings.url
+            self.store: Any = S3Store(root, **store_options)
+            self.url = self.store.url
         else:
             if store_options:
                 raise ValueError(f"options {sorted(store_options)} apply to s3:// shards only")
+            from unstall.stores.local import LocalStore
+
             path = root[len("file://") :] if root.startswith("file://") else root
             self.root = os.path.abspath(os.path.expanduser(path or "."))
             if not os.path.isdir(self.root):
                 raise StoreError(f"shard directory {self.root!r} does not exist", store=root)
+            self.store = LocalStore(self.root)
             self.url = self.root
 
     # Listing ------------------------------------------------------------------------
     def listing(self, keys: list[str] | None, suffixes: tuple[str, ...]) -> list[ShardInfo]:
         """Each shard's (key, size, version): ``keys`` in order, or all files ending in a suffix."""
-        if self.remote:
-            found = {k: (size, etag) for k, size, etag in self._call("list", "")}
-        else:
-            found = {}
-            if keys is None:
-                for dirpath, _dirs, files in os.walk(self.root):
-                    rel = os.path.relpath(dirpath, self.root)
-                    for name in files:
-                        key = name if rel == "." else f"{rel}/{name}".replace(os.sep, "/")
-                        if key.endswith(suffixes):
-                            found[key] = self._stat(key)
-            else:
-                for key in keys:
-                    found[key] = self._stat(key)
+        if self.remote or keys is None:
+            found = self._list_all()
+        else:  # named local files: a stat each, not a walk of the directory
+            found = {key: self._stat(key) for key in keys}
+        self.listed = found
         if keys is None:
             keys = sorted(k for k in found if k.endswith(suffixes))
             if not keys:
@@ -89,6 +73,18 @@ class Location:
             out.append(ShardInfo(key, size, version))
         return out
 
+    def _list_all(self) -> dict[str, tuple[int, str]]:
+        try:
+            listing = self.store.list_entries()
+        except EmptyDatasetError:
+            return {}
+        sizes = listing.sizes.tolist()
+        if self.remote:
+            versions = [str(e or "") for e in (listing.etags or [""] * len(listing.keys))]
+        else:
+            versions = [str(m) for m in listing.mtimes_ns.tolist()]
+        return {k: (s, v) for k, s, v in zip(listing.keys, sizes, versions, strict=True)}
+
     def _stat(self, key: str) -> tuple[int, str]:
         try:
             st = os.stat(os.path.join(self.root, key))
@@ -104,88 +100,50 @@ class Location:
         return os.path.join(self.root, key)
 
     def pread_local(self, info: ShardInfo, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of a local shard; its version is checked when first opened."""
-        fd = self._open_local(info)
-        data = os.pread(fd, end - start, start)
-        if len(data) != end - start:
-            raise StoreError(
-                f"shard {info.key!r} under {self.root!r} is shorter than its index says "
-                f"({start}..{end} asked, {len(data)} bytes read): it changed; make the dataset "
-                "again to re-index it",
-                key=info.key,
-                store=self.root,
-            )
-        return data
-
-    def _open_local(self, info: ShardInfo) -> int:
-        """This process's descriptor of a local shard, after checking it is the indexed version.
-
-        Checked on every read (an ``fstat``, about a microsecond): a file rewritten in
-        place keeps its inode, so an open descriptor would read new bytes at old offsets.
-        """
-        got = self._fds.get(info.key)
-        pid = os.getpid()
-        if got is None or got[1] != pid:
-            got = (os.open(self.path(info.key), os.O_RDONLY), pid)
-            self._fds[info.key] = got
-        st = os.fstat(got[0])
-        if (st.st_size, str(st.st_mtime_ns)) != (info.size, info.version):
-            raise StoreError(
-                f"shard {info.key!r} under {self.root!r} changed since it was indexed (size "
-                f"{info.size} -> {st.st_size}, mtime_ns {info.version} -> {st.st_mtime_ns}): "
-                "make the dataset again to re-index it",
-                key=info.key,
-                store=self.root,
-            )
-        return got[0]
+        """Bytes ``[start, end)`` of a local shard, in place, checked against its version."""
+        return self.store.read_range(info.key, start, end, size=info.size, version=info.version)
 
     def read_ranges(
         self, items: list[tuple[ShardInfo, list[tuple[int, int]]]]
     ) -> list[list[bytes]]:
-        """Byte ranges of remote shards, all in flight; each answer's ETag is checked."""
+        """Byte ranges of shards, all in flight; each answer is checked against the version
+        the index was built from (a rewritten shard raises, never gives stale bytes)."""
         if not items:
             return []
-        work = [(info.key, ranges, info.version or None) for info, ranges in items]
-        return self._call("read_ranges", work)
+        return self.store.read_ranges([(i.key, ranges, i.version or None) for i, ranges in items])
 
-    def download(self, items: list[tuple[ShardInfo, str]], then: Any = None) -> list[Any]:
-        """Whole remote shards into local files ``(info, dest path)``, all in flight;
-        ``then(dest, key)`` runs on each as it completes (see `ShardClient.download_many`)."""
+    def get_many(self, keys: list[str]) -> list[bytes]:
+        """Whole small objects (index objects beside the shards, ``index.json``)."""
+        return self.store.get_many(keys) if keys else []
+
+    def put_many(self, items: list[tuple[str, bytes]]) -> None:
+        """Write objects beside the shards (their index objects)."""
+        if not self.remote:
+            for key, data in items:
+                self.store.put(key, data)
+        elif items:
+            self.store.put_many(items)
+
+    def download(
+        self,
+        items: list[tuple[ShardInfo, str]],
+        then: Callable[[str, str], Any] | None = None,
+        *,
+        parallel: int | None = None,
+    ) -> list[Any]:
+        """Whole remote shards into local files ``(info, dest path)`` in order, each once per
+        node; ``then(dest, key)`` runs on each as it is present (`S3Store.download`)."""
         if not items:
             return []
         work = [(i.key, dest, i.size, i.version or None) for i, dest in items]
-        return self._call("download_many", work, then)
-
-    def forked(self, fn: Any, *args: Any) -> Any:
-        """``fn(*args)``: in a forked child when this process must not make requests (it made
-        the location and forks loader workers later), so a whole survey (LIST, downloads,
-        indexing) costs one child and one client; here otherwise."""
-        if not self.remote or os.getpid() != self._owner:
-            return fn(*args)
-        from unstall.data.shards.s3_client import fork_call
-
-        return fork_call(f"reading the shards under {self.url}", fn, *args)
-
-    def _call(self, op: str, *args: Any) -> Any:
-        from unstall.data.shards.s3_client import ShardClient, child_call
-
-        if os.getpid() == self._owner:
-            return child_call(self.settings, self.stats_block, op, *args)
-        if self._client is None or self._client_pid != os.getpid():
-            self._client, self._client_pid = (
-                ShardClient(self.settings, self.stats_block),
-                os.getpid(),
-            )
-        return getattr(self._client, op)(*args)
+        return self.store.download(work, then, parallel=parallel)
 
     def stats(self) -> dict[str, Any]:
         """Requests and bytes of every process (remote locations; forked workers included)."""
         if not self.remote:
             return {}
-        snap = self.stats_block.snapshot()
+        snap = self.store.stats()["store"]
         return {k: snap[k] for k in ("requests", "bytes", "retries", "errors", "list_requests")}
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_client=None, _client_pid=-1, _fds={}, _owner=-1)
-        return state
+    def close(self) -> None:
+        self.store.close()

@@ -106,7 +106,7 @@ class MDSShards(ShardDataset):
             )
         return info, int(entry["samples"])
 
-    def _build(self, infos: list[ShardInfo]) -> list[ShardTable]:
+    def _build(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
         counts = {info.key: count for info, count in self.index_shards}
         heads = self._read_heads([(i, 4 * (counts[i.key] + 2)) for i in infos])
         names = [name for name, _enc, _size in self.columns]
@@ -132,18 +132,8 @@ class MDSShards(ShardDataset):
         return tables
 
     def _read_heads(self, items: list[tuple[ShardInfo, int]]) -> list[bytes]:
-        """The first bytes of each file: whole shards are downloaded first when they are to be
-        kept (so their headers cost no extra GET), else ranged GETs, all in flight."""
-        if self.location.remote and self.keep and self.files is not None:
-            shards = [info for info, _ in items if info.key != INDEX]
-            self.files.ensure(self.location, shards)
-            out = []
-            for info, size in items:
-                if info.key == INDEX:
-                    out.append(self.location.read_ranges([(info, [(0, size)])])[0][0])
-                else:
-                    out.append(self.files.pread(info, 0, size))
-            return out
+        """The first bytes of each file: one ranged GET each, all in flight (remote shards are
+        then downloaded in the background, in the order the epoch needs them), or read."""
         if self.location.remote:
             got = self.location.read_ranges([(info, [(0, size)]) for info, size in items])
             return [parts[0] for parts in got]

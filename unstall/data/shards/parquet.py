@@ -43,10 +43,12 @@ class ParquetShards(ShardDataset):
     default_image = "image;jpg;img"
     default_label = "label;cls"
 
-    def _build(self, infos: list[ShardInfo]) -> list[ShardTable]:
+    def _build(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
         import pyarrow.parquet as pq
 
         tables = []
+        if self.location.remote:  # every file's tail in one call, all in flight
+            self._tails = self._read_tails(infos)
         for info in infos:
             try:
                 if self.location.remote:
@@ -88,6 +90,7 @@ class ParquetShards(ShardDataset):
             )
             self._footers = getattr(self, "_footers", {})
             self._footers[info.key] = footer
+        self._tails = {}
         return tables
 
     def _footer(self, info: ShardInfo) -> bytes:
@@ -95,13 +98,21 @@ class ParquetShards(ShardDataset):
         cached = getattr(self, "_footers", {}).get(info.key)
         if cached is not None:
             return cached.tobytes()
-        tail = self._read(info, max(0, info.size - 65536), info.size)
+        tail = getattr(self, "_tails", {}).get(info.key)
+        if tail is None:
+            tail = self._read(info, max(0, info.size - 65536), info.size)
         if len(tail) < 8 or tail[-4:] != b"PAR1":
             raise ShardFormatError(f"{info.key!r} is not a Parquet file (no PAR1 at its end)")
         (length,) = struct.unpack("<I", tail[-8:-4])
         if length + 8 > len(tail):
             tail = self._read(info, info.size - length - 8, info.size)
         return tail[-(length + 8) :]
+
+    def _read_tails(self, infos: list[ShardInfo]) -> dict[str, bytes]:
+        """The last 64 KiB of each remote file (its footer, mostly), one ranged GET each."""
+        items = [(info, [(max(0, info.size - 65536), info.size)]) for info in infos]
+        got = self.location.read_ranges(items)
+        return {info.key: parts[0] for info, parts in zip(infos, got, strict=True)}
 
     def _read(self, info: ShardInfo, start: int, end: int) -> bytes:
         if not self.location.remote:

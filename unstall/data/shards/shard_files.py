@@ -11,17 +11,16 @@ wait for the file, so each shard is fetched once.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from unstall.cache.disk_tier import cache_dir
-from unstall.data.shards.index import ShardInfo
-
-LOCATION_FILE = "location.txt"
+from unstall.data.shards.index import LOCATION_FILE, ShardInfo, index_root, name_dir
+from unstall.stores import locks
 
 
 def files_root() -> str:
@@ -35,16 +34,11 @@ class ShardFiles:
     def __init__(self, location_url: str, directory: str | None = None):
         digest = hashlib.blake2b(location_url.encode(), digest_size=12).hexdigest()
         self.dir = directory or os.path.join(files_root(), digest)
-        os.makedirs(self.dir, exist_ok=True)
-        named = os.path.join(self.dir, LOCATION_FILE)
-        if not os.path.exists(named):  # what these copies are of, for `unstall cache list`
-            with contextlib.suppress(OSError):
-                tmp = f"{named}.{os.getpid()}.tmp"
-                with open(tmp, "w") as f:
-                    f.write(location_url)
-                os.replace(tmp, named)
+        name_dir(self.dir, location_url)  # what these copies are of, for `unstall cache list`
         self._fds: dict[str, tuple[int, int]] = {}
-        self.downloaded = 0  # shards this process fetched
+        self.downloaded = 0  # shards this process asked the store for
+        #: (thread, pid, keys) of this process's background download (`start_background`)
+        self._background: tuple[Any, int, set[str]] | None = None
 
     def path(self, info: ShardInfo) -> str:
         """The local file of ``info``'s shard at its version."""
@@ -71,44 +65,58 @@ class ShardFiles:
                         os.unlink(entry.path)
 
     def ensure(self, location: Any, infos: list[ShardInfo], then: Any = None) -> dict[str, Any]:
-        """Make every shard of ``infos`` present locally, downloading each at most once per node.
+        """Make every shard of ``infos`` present locally, each downloaded at most once per node
+        (the store's lock beside each file: one process downloads, the others wait for it).
 
-        Shards no other process is fetching are downloaded together (all in flight);
-        then this waits for the ones others are fetching (and fetches any they failed to).
-        Returns ``then(path, key)`` of each shard this call downloaded, by key.
+        While this process's background download runs (`start_background`), a shard it
+        will bring is waited for rather than asked of the store a second time.
+        Returns ``then(path, key)`` of each shard, by key, when ``then`` is given.
         """
-        done: dict[str, Any] = {}
+        wanted = list(dict.fromkeys(infos))
+        missing = [i for i in wanted if not self.have(i)]
+        self._wait_background(missing)
+        todo = wanted if then is not None else [i for i in missing if not self.have(i)]
+        if not todo:
+            return {}
+        results = location.download([(info, self.path(info)) for info in todo], then)
+        self.downloaded += len(todo)
+        return {info.key: r for info, r in zip(todo, results, strict=True)}
+
+    def start_background(self, location: Any, infos: list[ShardInfo]) -> None:
+        """Download the missing shards of ``infos`` in that order (the epoch's), in a thread,
+        and return at once; the first land first (`unstall.stores.s3_ranges.DOWNLOADS` at a
+        time). Failures are left to the batches' own fetches, which retry them."""
+        import threading
+
         missing = [i for i in dict.fromkeys(infos) if not self.have(i)]
-        if not missing:
-            return done
-        ours: list[tuple[ShardInfo, int]] = []
-        theirs: list[ShardInfo] = []
-        try:
-            for info in missing:
-                fd = _try_lock(self.path(info) + ".lock")
-                if fd is None:  # another process is downloading it
-                    theirs.append(info)
-                    continue
-                if self.have(info):
-                    _unlock(fd)
-                else:
-                    ours.append((info, fd))
-            results = location.download([(info, self.path(info)) for info, _ in ours], then)
-            done.update((info.key, r) for (info, _), r in zip(ours, results, strict=True))
-            self.downloaded += len(ours)
-        finally:
-            for _, fd in ours:
-                _unlock(fd)
-        for info in theirs:
-            fd = os.open(self.path(info) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                if not self.have(info):  # the other process failed: fetch it here
-                    done[info.key] = location.download([(info, self.path(info))], then)[0]
-                    self.downloaded += 1
-            finally:
-                _unlock(fd)
-        return done
+        running = self._background
+        if not missing or (running is not None and running[0].is_alive()):
+            return
+        pid = os.getpid()
+
+        def run() -> None:
+            with contextlib.suppress(Exception):
+                location.download([(info, self.path(info)) for info in missing])
+
+        thread = threading.Thread(target=run, daemon=True, name="unstall-shard-downloads")
+        self._background = (thread, pid, {i.key for i in missing})
+        thread.start()
+
+    def background_running(self) -> bool:
+        running = self._background
+        return running is not None and running[1] == os.getpid() and running[0].is_alive()
+
+    def _wait_background(self, missing: list[ShardInfo]) -> None:
+        """Wait for the shards of ``missing`` that this process's background download brings."""
+        running = self._background
+        if running is None or running[1] != os.getpid():
+            return
+        thread, _pid, keys = running
+        for info in missing:
+            if info.key not in keys:
+                continue
+            while thread.is_alive() and not self.have(info):
+                time.sleep(0.005)
 
     def evict(self, budget: int, keep: list[ShardInfo]) -> int:
         """Delete the oldest copies (by download time) beyond ``budget`` bytes, never ``keep``'s.
@@ -151,43 +159,25 @@ class ShardFiles:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_fds"] = {}
+        state["_background"] = None
         return state
 
 
-def _try_lock(path: str) -> int | None:
-    """An open descriptor of ``path`` holding its exclusive ``flock``, or None when another
-    process holds it (downloading that shard)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _unlock(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    os.close(fd)
-
-
 def _complete(directory: str) -> tuple[int, int]:
-    """(bytes, count) of the complete shard files in ``directory`` (no ``.part``/``.lock``)."""
+    """(bytes, count) of the complete files in ``directory`` (no ``.part``/``.lock``/``.txt``)."""
     total = count = 0
     with os.scandir(directory) as it:
         for entry in it:
-            if "." not in entry.name:
+            if "." not in entry.name or entry.name.endswith(".npz"):
                 with contextlib.suppress(OSError):
                     total += entry.stat().st_size
                     count += 1
     return total, count
 
 
-def list_copies() -> list[dict[str, Any]]:
-    """One dict per location with local shard copies: `unstall cache list`."""
-    out = []
-    root = files_root()
+def _named_dirs(root: str) -> dict[str, list[str]]:
+    """location URL -> its directories under ``root`` (each names its location)."""
+    out: dict[str, list[str]] = {}
     if not os.path.isdir(root):
         return out
     for name in sorted(os.listdir(root)):
@@ -197,32 +187,56 @@ def list_copies() -> list[dict[str, Any]]:
                 url = f.read().strip()
         except OSError:
             url = "?"
-        try:
-            held, count = _complete(path)
-        except OSError:
-            continue
-        out.append({"tier": "shards", "name": name, "location": url, "path": path,
-                    "file_bytes": held, "shards": count})  # fmt: skip
+        out.setdefault(url, []).append(path)
+    return out
+
+
+def list_copies() -> list[dict[str, Any]]:
+    """One dict per location with local shard copies or index files: `unstall cache list`."""
+    copies, indexes = _named_dirs(files_root()), _named_dirs(index_root())
+    out = []
+    for url in sorted(set(copies) | set(indexes)):
+        held = count = index_bytes = index_count = 0
+        for path in copies.get(url, []):
+            with contextlib.suppress(OSError):
+                b, n = _complete(path)
+                held, count = held + b, count + n
+        for path in indexes.get(url, []):
+            with contextlib.suppress(OSError):
+                b, n = _complete(path)
+                index_bytes, index_count = index_bytes + b, index_count + n
+        paths = copies.get(url, []) + indexes.get(url, [])
+        out.append({"tier": "shards", "name": os.path.basename(paths[0]), "location": url,
+                    "path": paths[0], "paths": paths, "file_bytes": held, "shards": count,
+                    "index_bytes": index_bytes, "indexes": index_count})  # fmt: skip
     return out
 
 
 def clear_copies(name: str | None = None) -> list[str]:
-    """Remove the shard copies (all, or of the location ``name``: its directory name or URL)
-    that no process is downloading; returns what was removed. Readers keep their open files."""
+    """Remove the shard copies and index files (all, or of the location ``name``: a directory
+    name or the URL) that no process is downloading; returns what was removed. Readers keep
+    their open files."""
     removed = []
     for row in list_copies():
-        if name is not None and name not in (row["name"], row["location"]):
+        names = {row["location"], *(os.path.basename(p) for p in row["paths"])}
+        if name is not None and name not in names:
             continue
-        busy = False
-        with os.scandir(row["path"]) as entries:
-            for entry in entries:
-                if entry.name.endswith(".lock"):
-                    fd = _try_lock(entry.path)
-                    busy = busy or fd is None
-                    if fd is not None:
-                        _unlock(fd)
-        if busy:
+        if any(_busy(path) for path in row["paths"]):
             continue
-        shutil.rmtree(row["path"], ignore_errors=True)
-        removed.append(f"{row['location']} (shard copies)")
+        for path in row["paths"]:
+            shutil.rmtree(path, ignore_errors=True)
+        what = "shard copies" if row["shards"] or not row["indexes"] else "shard index"
+        removed.append(f"{row['location']} ({what})")
     return removed
+
+
+def _busy(directory: str) -> bool:
+    """Whether a process holds a download lock in ``directory``."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.endswith(".lock"):
+                fd = locks.try_lock(entry.path)
+                if fd is None:
+                    return True
+                locks.unlock(fd)
+    return False

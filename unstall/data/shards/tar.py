@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from unstall.data.shards.dataset import ShardDataset
-from unstall.data.shards.index import ShardInfo, ShardTable
+from unstall.data.shards.index import ShardInfo, ShardTable, load, save
 from unstall.errors import SampleError
 
 SUFFIXES = (".tar",)
@@ -201,6 +201,24 @@ def _check_tail(path: str, shard: str, size: int, end: int, last: str) -> None:
         )
 
 
+class IndexThen:
+    """``then(path, key)`` of a download: index the tar shard at ``path`` and save its table
+    at once (picklable: it runs where the store downloads, e.g. its helper process)."""
+
+    def __init__(self, directory: str, infos: dict[str, ShardInfo], *, remove: bool = False):
+        self.directory, self.infos, self.remove = directory, infos, remove
+
+    def __call__(self, path: str, key: str) -> ShardTable:
+        info = self.infos[key]
+        table = load(self.directory, info)
+        if table is None:
+            table = index_tar(path, key)
+            save(self.directory, info, table)
+        if self.remove:
+            os.unlink(path)
+        return table
+
+
 class TarShards(ShardDataset):
     """WebDataset ``.tar`` shards, read in place, by sample index (see `ShardDataset`).
 
@@ -212,24 +230,23 @@ class TarShards(ShardDataset):
     kind = "tar"
     suffixes = SUFFIXES
 
-    def _build(self, infos: list[ShardInfo]) -> list[ShardTable]:
-        if self.location.remote and not self.keep:
-            return [self._index_streamed(info) for info in infos]
+    def _build(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
         if not self.location.remote:
             return [index_tar(self.location.path(i.key), i.key) for i in infos]
         assert self.files is not None
-        # each shard is indexed as soon as it is complete, while the others still arrive
-        done = self.files.ensure(self.location, infos, then=index_tar)
-        return [done.get(i.key) or index_tar(self.files.path(i), i.key) for i in infos]
-
-    def _index_streamed(self, info: ShardInfo) -> ShardTable:
-        """Index a shard that will not be kept: download to a temporary file, index, delete."""
+        by_key = {i.key: i for i in infos}
+        if self.keep:
+            # each shard indexed, and its index saved, as soon as it is complete, while the
+            # others still arrive: a survey stopped part way resumes where it stopped
+            done = self.files.ensure(self.location, infos, then=IndexThen(directory, by_key))
+            return [done[i.key] for i in infos]
+        # not kept: each shard through a temporary file, indexed (and saved) and deleted
         import tempfile
 
-        assert self.files is not None
         with tempfile.TemporaryDirectory(dir=self.files.dir) as tmp:
-            path = os.path.join(tmp, "shard")
-            return self.location.download([(info, path)], then=index_tar)[0]
+            items = [(info, os.path.join(tmp, f"{n}")) for n, info in enumerate(infos)]
+            then = IndexThen(directory, by_key, remove=True)
+            return self.location.download(items, then)
 
     def _direct_spans(self) -> tuple[np.ndarray, np.ndarray | None]:
         """Image-only spans when every sample has an image field and the label is ``cls``
