@@ -5,16 +5,12 @@ batch at once) then ``prepare(index, raw)``; a sample's raw bytes are its span
 of the shard, so unstall's RAM cache, peers, coordination and resume work on
 them unchanged. How a batch's spans are read depends on where the shards are:
 
-- local files: ``pread`` in place;
-- remote, the dataset fits the local shard budget (the default): each shard is
-  downloaded whole once per node (`ShardFiles`), in the background in the order
-  the epoch needs them, and read from there;
-- remote, larger than the budget: the batch's spans are read with a few
-  coalesced range GETs per shard (`plan_ranges`).
-
-Every request goes through the location's store (`unstall.stores`). Making the
-dataset lists the shards and finds each one's index (`survey`); with a stored
-index (local, or beside the shards) it reads no shard.
+local files are read with ``pread`` in place; remote shards that fit the local shard
+budget (the default) are downloaded whole once per node (`ShardFiles`), in the background
+in the order the epoch needs them; larger datasets read a batch's spans with a few
+coalesced range GETs per shard (`plan_ranges`). Every request goes through the location's
+store (`unstall.stores`). Making the dataset lists the shards and finds each one's index
+(`survey`); with a stored index (local, or beside the shards) it reads no shard.
 """
 
 from __future__ import annotations
