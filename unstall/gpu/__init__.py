@@ -14,7 +14,13 @@ when used; everything also runs on the CPU.
 
 from unstall.gpu.augment import crop_flip_normalize, pad_batch, reference_crop_flip_normalize
 from unstall.gpu.decode import GpuDecoder, cpu_decoder, pick_decoder
-from unstall.gpu.engine import Engine, TorchEngine, available_decoder, pick_engine
+from unstall.gpu.engine import (
+    Engine,
+    TorchEngine,
+    available_decoder,
+    decoder_choice,
+    pick_engine,
+)
 from unstall.gpu.fallback import EngineError, FallbackEngine
 
 __all__ = [
@@ -26,6 +32,7 @@ __all__ = [
     "available_decoder",
     "cpu_decoder",
     "crop_flip_normalize",
+    "decoder_choice",
     "pad_batch",
     "pick_decoder",
     "pick_engine",
