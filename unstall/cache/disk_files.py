@@ -5,29 +5,9 @@ The root is `cache_dir` (``$UNSTALL_CACHE_DIR``, default ``~/.cache/unstall``) a
 the budget of a disk tier sized "auto" is `auto_disk_bytes`: anything else the node
 keeps on local disk for the cache (shard copies) uses the same two.
 
-Files, in ``$UNSTALL_CACHE_DIR/tiers`` (default ``~/.cache/unstall/tiers``)::
-
-    <name>.idx                 the index: the shared-memory segment's layout with an
-                               empty data area (header, process slots, offset/length/state
-                               per item), mapped MAP_SHARED by every process
-    <name>.<ino>-<created>.data  the items, packed back to back, written with ``pwrite``
-
-Why an index *file* mapped from the cache directory rather than one in ``/dev/shm``:
-the disk tier must outlive the jobs (epoch 2 of the next job is its point), and a
-mapped file gives every process of the node the same page-cache pages, so the
-RAM tier's publication protocol carries over unchanged, as the same code
-(`ShmCache.claim` under ``flock``, ``pwrite`` without it, `ShmCache.publish` READY
-under ``flock``; readers check READY first). A
-second filler sees CLAIMED or READY and does not store the item again. The data
-file's name carries the index's inode and creation time, so a replaced index can
-never point into an older data file.
-
-A killed job's claims (items it was writing) are dropped by the next job that
-opens the tier with no live user: CLAIMED -> EMPTY, and the data file is cut
-back to the end of the last published item when the dropped ones lay at its
-tail. Written pages reach the disk only eventually: the last user to close
-syncs the data file and marks the index clean; an index found unclean after a
-reboot (another boot id) is emptied rather than trusted.
+Files live in ``$UNSTALL_CACHE_DIR/tiers`` (``<name>.idx``, the index, and
+``<name>.<ino>-<created>.data``, the items); `unstall.cache.disk_tier` says why and how
+they are written.
 """
 
 from __future__ import annotations
