@@ -128,6 +128,13 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             dataset, "__len__"
         )
         if self._passthrough:
+            self._fetch_layer = None
+            if a["cache"] is not None and a["cache"] is not False:  # issue 40: files cached
+                from unstall.loader.file_hook import for_passthrough
+
+                self._fetch_layer = for_passthrough(a, dataset, shadow)
+                if self._fetch_layer is not None:
+                    self._stats_sources.append(self._fetch_layer.stats)
             check_passthrough(dataset, a)
             self._inner = shadow
             self.seed, self.rank, self.world_size, self.device, self.prep = None, 0, 1, None, "cpu"
