@@ -11,7 +11,9 @@ reads of those files from it (`unstall.loader.file_hook`), through `FileCache.re
 
 Each file is stored under the version of the file it was read from: size, mtime, inode
 and device, taken by ``fstat`` of the file the reader opened. A read of a file whose
-version changed since is a miss (``stale``), never served old bytes.
+version changed since is a miss (``stale``), never served old bytes. A file modified in
+the last `RECENT_NS` is read from the file and not stored (its mtime could still be the
+one a later write in the same tick leaves), so files a job writes itself stay uncached.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 import os
 import stat
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +36,10 @@ log = logging.getLogger("unstall")
 
 #: Files larger than this are never cached: their reads go to the file itself.
 MAX_FILE_BYTES = 64 << 20
+#: A file modified less than this long ago is served from the file, never stored: a write
+#: within the same timestamp tick as the read it was stored from would leave its version
+#: unchanged ("racy" mtimes, as git's index). Files a dataset writes itself stay uncached.
+RECENT_NS = 2_000_000_000
 #: Attributes looked at first for a dataset's files (torchvision's, then common names).
 NAMED = ("samples", "imgs", "files", "paths", "file_paths", "image_paths", "filenames")
 #: Wrappers followed to the dataset that lists the files (``Subset.dataset``...).
@@ -196,7 +203,7 @@ class FileCache:
         stored = [(0, 0)] * len(found)
         if data is None:
             data = read_file()
-            if len(data) == st.st_size:
+            if len(data) == st.st_size and time.time_ns() - st.st_mtime_ns > RECENT_NS:
                 stored = self._store(index, data, version, len(found))
         for tier, (hit, stale), (n, size) in zip(tiers, found, stored, strict=False):
             tier.count(hit, 1 - hit, n, size, stale)
