@@ -19,9 +19,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
+import unstall
 from unstall.cache import clear_caches, list_caches
 from unstall.cache.shm import segment
+from unstall.loader import file_hook
 
 REPO = Path(__file__).resolve().parents[2]
 N = 32
@@ -366,3 +369,56 @@ def test_a_cached_file_is_read_only_bytes_and_its_fileno_is_the_real_file(tmp_pa
     assert f.read(2) == b"12"
     f.close()
     assert f.closed
+
+
+class PathsDataset(torch.utils.data.Dataset):
+    """A plain map-style dataset over paths (importable: spawned workers unpickle it)."""
+
+    def __init__(self, paths: list[Path]):
+        self.paths = [str(p) for p in paths]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> bytes:
+        with open(self.paths[i], "rb") as f:
+            return f.read()
+
+
+def epochs_of(loader: unstall.DataLoader, epochs: int) -> list[list[bytes]]:
+    return [sorted(raw for batch in loader for raw in batch) for _ in range(epochs)]
+
+
+@pytest.mark.parametrize("workers, context", [(0, None), (2, "spawn")])
+def test_in_process_without_workers_and_with_spawned_ones(tmp_path, workers, context):
+    paths = make_files(tmp_path / "data")
+    truth = sorted(p.read_bytes() for p in paths)
+    loader = unstall.DataLoader(
+        PathsDataset(paths),
+        batch_size=4,
+        shuffle=True,
+        num_workers=workers,
+        multiprocessing_context=context,
+        collate_fn=list,
+        cache=unstall.Cache(N // 2 * SIZE),
+    )
+    assert epochs_of(loader, 2) == [truth, truth]
+    first, second = (e["cache"] for e in loader.stats()["per_epoch"])
+    assert (first["misses"], first["inserted"]) == (N, N // 2)
+    assert (second["hits"], second["misses"]) == (N // 2, N // 2)
+    loader.close()
+    assert open is file_hook.real_open  # the main process's hook goes with the loader
+
+
+def test_the_disk_tier_below_the_ram_tier(tmp_path):
+    paths = make_files(tmp_path / "data")
+    truth = sorted(p.read_bytes() for p in paths)
+    cache = unstall.Cache(ram=N // 4 * SIZE, disk=N // 4 * SIZE)
+    loader = unstall.DataLoader(
+        PathsDataset(paths), batch_size=4, shuffle=True, num_workers=2, collate_fn=list, cache=cache
+    )
+    assert epochs_of(loader, 2) == [truth, truth]
+    second = loader.stats()["per_epoch"][1]["cache"]
+    assert (second["ram_hits"], second["disk_hits"], second["misses"]) == (N // 4, N // 4, N // 2)
+    cache.check()
+    loader.close()

@@ -55,6 +55,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             raw bytes before the dataset's store is asked; a size (``"16GiB"``) is
             ``unstall.Cache(size)``, a RAM tier of that size. Not given: a local-disk
             cache for remote (``s3://``) datasets, none for local ones; False: none.
+            A dataset that opens its files itself (no ``fetch``/``key``/``fingerprint``,
+            map-style or iterable) has its whole-file ``open(path, "rb")`` reads of the
+            files it lists served from the cache in its workers (`unstall.loader.file_hook`).
         device: None (batches stay on the host), ``"cpu"``, ``"cuda"`` or a
             `torch.device`: batches are copied there on a side stream, one batch
             ahead, so the copy overlaps the training step.
