@@ -422,3 +422,50 @@ def test_the_disk_tier_below_the_ram_tier(tmp_path):
     assert (second["ram_hits"], second["disk_hits"], second["misses"]) == (N // 4, N // 4, N // 2)
     cache.check()
     loader.close()
+
+
+def test_the_hook_serves_only_whole_binary_reads_of_listed_regular_files(tmp_path):
+    from unstall.cache.files import bind_files
+
+    paths = make_files(tmp_path / "data")
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"not listed")
+    files = bind_files(unstall.Cache(1 << 20), PathsDataset(paths))
+    assert files is not None and files.files == N
+    file_hook.install(files)
+    try:
+        with open(paths[0], "rb") as f:
+            assert type(f) is file_hook.CachedFile and f.read() == paths[0].read_bytes()
+        with open(os.path.relpath(paths[0]), "rb") as f:  # any spelling of the path
+            assert type(f) is file_hook.CachedFile and f.name == os.path.relpath(paths[0])
+        real = {
+            "unbuffered": ((paths[1], "rb"), {"buffering": 0}),
+            "text": ((paths[1],), {"encoding": "latin-1"}),
+            "update": ((paths[1], "r+b"), {}),
+            "append": ((paths[1], "ab"), {}),
+            "not listed": ((other, "rb"), {}),
+            "a descriptor": ((os.open(paths[1], os.O_RDONLY), "rb"), {}),
+            "/proc": (("/proc/self/status", "rb"), {}),
+        }
+        kinds = {}
+        for what, (args, kwargs) in real.items():
+            with open(*args, **kwargs) as f:
+                kinds[what] = type(f).__name__
+        assert kinds == {
+            "unbuffered": "FileIO",
+            "text": "TextIOWrapper",
+            "update": "BufferedRandom",
+            "append": "BufferedWriter",
+            "not listed": "BufferedReader",
+            "a descriptor": "BufferedReader",
+            "/proc": "BufferedReader",
+        }
+        files.max_bytes = SIZE - 1  # past the size limit: the real file, untouched
+        with open(paths[2], "rb") as f:
+            assert type(f) is io.BufferedReader and f.read() == paths[2].read_bytes()
+        stats = files.stats()["cache"]
+        assert (stats["hits"], stats["misses"], stats["inserted"]) == (2, 1, 1)
+    finally:
+        file_hook.uninstall(files)
+        files.close()
+    assert open is file_hook.real_open and io.open is file_hook.real_open
