@@ -469,3 +469,28 @@ def test_the_hook_serves_only_whole_binary_reads_of_listed_regular_files(tmp_pat
         file_hook.uninstall(files)
         files.close()
     assert open is file_hook.real_open and io.open is file_hook.real_open
+
+
+def test_fill_and_drop_page_cache_for_a_cached_run(tmp_path):
+    """What the analyzer's cached run needs: chosen files in the cache before timing."""
+    from unstall.cache.files import bind_files, drop_page_cache
+
+    paths = make_files(tmp_path / "data")
+    files = bind_files(unstall.Cache(N * SIZE), PathsDataset(paths))
+    assert files is not None and files.paths == [str(p) for p in paths]
+    try:
+        assert files.fill(range(0, N, 2)) == N // 2
+        assert files.fill(range(0, N, 2)) == 0  # held already: hits
+        truth = [p.read_bytes() for p in paths]
+        file_hook.install(files)
+        drop_page_cache(files.paths)
+        served = []
+        for p, raw in zip(paths, truth, strict=True):
+            with open(p, "rb") as f:
+                served.append((type(f) is file_hook.CachedFile, f.read() == raw))
+        assert served == [(True, True)] * N
+        stats = files.stats()["cache"]
+        assert (stats["hits"], stats["misses"], stats["items_cached"]) == (N, N, N)
+    finally:
+        file_hook.uninstall(files)
+        files.close()

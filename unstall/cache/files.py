@@ -169,6 +169,7 @@ class FileCache:
         self.where = where
         self.dataset_name = dataset_name
         self.files = len(listing)
+        self.paths = listing.paths
         self.slot_of = {p: i for i, p in enumerate(listing.paths)}
         self.max_bytes = MAX_FILE_BYTES
         #: Called by `close` (e.g. the main process's open hook removing itself).
@@ -186,10 +187,13 @@ class FileCache:
             slot = self.slot_of.get(real_dir_path(path))
         return slot
 
-    def read(self, index: int, st: os.stat_result, read_file: Any) -> tuple[bytes, bool]:
+    def read(
+        self, index: int, st: os.stat_result, read_file: Any, restat: Any = None
+    ) -> tuple[bytes, bool]:
         """The bytes of item ``index`` whose file, as opened, has stat ``st``: from the first
-        tier holding that version, else ``read_file()`` (then stored if the file did not
-        change while read). Returns ``(bytes, stored)``."""
+        tier holding that version, else ``read_file()``, then stored if the file is as it
+        was (all ``st.st_size`` bytes read, ``restat()`` of the same version) and was not
+        modified in the last `RECENT_NS`. Returns ``(bytes, stored)``."""
         version = np.array([file_version(st)], dtype=np.int64)
         tiers = self.layer.tiers
         found: list[tuple[int, int]] = []  # per tier asked: (hit, stale)
@@ -203,7 +207,9 @@ class FileCache:
         stored = [(0, 0)] * len(found)
         if data is None:
             data = read_file()
-            if len(data) == st.st_size and time.time_ns() - st.st_mtime_ns > RECENT_NS:
+            settled = time.time_ns() - st.st_mtime_ns > RECENT_NS
+            unchanged = len(data) == st.st_size and settled
+            if unchanged and (restat is None or file_version(restat()) == int(version[0])):
                 stored = self._store(index, data, version, len(found))
         for tier, (hit, stale), (n, size) in zip(tiers, found, stored, strict=False):
             tier.count(hit, 1 - hit, n, size, stale)
@@ -220,6 +226,22 @@ class FileCache:
             if out[-1][0] or tier.held([index], version, since)[0]:
                 break  # stored, or held (another process stores it, or a newer job's)
         return out + [(0, 0)] * (tiers - len(out))
+
+    def fill(self, indices: Sequence[int]) -> int:
+        """Read the files of ``indices`` into the cache now (e.g. the analyzer's cached run,
+        before timing); returns how many were stored."""
+        stored = 0
+        for i in indices:
+            fd = os.open(self.paths[i], os.O_RDONLY)
+            try:
+                st = os.fstat(fd)
+                if not is_regular(st) or st.st_size > self.max_bytes:
+                    continue
+                _, put = self.read(i, st, lambda fd=fd, n=st.st_size: _read_all(fd, n))
+                stored += put
+            finally:
+                os.close(fd)
+        return stored
 
     # The loader's fetch-layer interface (a dataset with fetch but no fingerprint) ----------
     def fetch(self, dataset: Any, indices: Sequence[int]) -> list[bytes]:
@@ -274,6 +296,31 @@ def bind_files(cache: Any, dataset: Any) -> FileCache | None:
         f"{format_bytes(MAX_FILE_BYTES)}, in the node cache ({size}){extra}"
     )
     return files
+
+
+def drop_page_cache(paths: Sequence[str]) -> None:
+    """Drop the page cache of ``paths`` (``posix_fadvise(DONTNEED)``): their next reads go to
+    storage (a cold run). Missing files are skipped."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    chunks, left = [], size
+    while left > 0:
+        chunk = os.pread(fd, left, size - left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def is_regular(st: os.stat_result) -> bool:

@@ -162,7 +162,7 @@ def _serve(file: Any, cache: FileCache, index: int) -> Any:
         st = os.fstat(fd)
         if not is_regular(st) or st.st_size > cache.max_bytes:
             return f
-        data, stored = cache.read(index, st, f.read)
+        data, stored = cache.read(index, st, f.read, lambda: os.fstat(fd))
         if stored:  # the cache holds it now: the page cache need not as well
             with contextlib.suppress(OSError):
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
