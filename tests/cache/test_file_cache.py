@@ -447,6 +447,8 @@ def test_the_hook_serves_only_whole_binary_reads_of_listed_regular_files(tmp_pat
             "a descriptor": ((os.open(paths[1], os.O_RDONLY), "rb"), {}),
             "/proc": (("/proc/self/status", "rb"), {}),
         }
+        with pytest.raises(ValueError, match="binary mode doesn't take an encoding"):
+            open(paths[1], "rb", encoding="utf-8")  # noqa: SIM115 (the real open's own error)
         kinds = {}
         for what, (args, kwargs) in real.items():
             with open(*args, **kwargs) as f:

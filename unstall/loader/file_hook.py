@@ -128,6 +128,9 @@ def _hooked(
         _caches
         and (mode == "rb" or mode == "br")
         and buffering != 0
+        and encoding is None
+        and errors is None
+        and newline is None
         and opener is None
         and closefd
         and isinstance(file, (str, bytes, os.PathLike))
