@@ -148,6 +148,7 @@ class FileListing:
 
 
 _dirs: dict[str, str] = {}
+_announced: set[str] = set()
 
 
 def real_dir_path(path: str) -> str:
@@ -288,6 +289,9 @@ def bind_files(cache: Any, dataset: Any) -> FileCache | None:
         say(f"unstall: cache not applied to {name}: {why}; running uncached")
         return None
     files = FileCache(layer, listing, where, name)
+    if listing.fingerprint() in _announced:  # one line per set of files and process
+        return files
+    _announced.add(listing.fingerprint())
     ram = layer.ram
     size = format_bytes(ram.capacity) if ram is not None and ram.path else "no RAM tier"
     extra = "; peers are not used for file-level caching" if peers is not None else ""
