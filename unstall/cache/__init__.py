@@ -6,6 +6,7 @@ The layout, from the user down:
 - `cache`: `Cache` (options, ``bind``); `tiers`: the loader's default (a disk tier for
   remote data); `inventory`: `list_caches` / `clear_caches` (``unstall cache list|clear``);
 - `tiered`: the one fetch layer, composing the tiers; `opening`: opening them;
+- `files`: the same tiers for datasets that open their files themselves (whole files by path);
 - `tier`: the tier interface and what both tiers share; `ram_tier`, `disk_tier`
   (`disk_files`: its files, root and budget); `policy` (`lru`): eviction policies;
 - `shm`: shared-memory files and their lifecycle; `capacity`, `items`: sizes, versions.

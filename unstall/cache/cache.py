@@ -57,6 +57,11 @@ class Cache:
     since is a miss (``stale`` in the stats), never served. When the last process
     using the segment closes (`close`, or at exit) it is kept ``keep`` seconds, then
     removed; one left by a killed job is reclaimed by the next.
+
+    Given to a loader whose dataset opens its files itself (no ``fetch``/``key``/
+    ``fingerprint``), the cache holds those files whole instead, served to the dataset's
+    own ``open(path, "rb")`` in the workers (`unstall.cache.files`,
+    `unstall.loader.file_hook`); ``bind`` itself still takes only unstall's datasets.
     """
 
     def __init__(

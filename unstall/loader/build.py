@@ -91,7 +91,15 @@ def build_machinery(owner: Any, dataset: Any, s: LoaderSettings) -> Machinery:
     if device is not None or zero_copy:
         pin_memory = False  # the device stage pins (slots are page-locked once)
     fetch_layer: FetchLayer | None = None
-    if s.cache is not None or callable(getattr(dataset, "fetch", None)):
+    worker_init_fn, files = s.worker_init_fn, False
+    if s.cache is not None and s.cache is not False:  # issue 40: a dataset that opens its files
+        from unstall.loader import file_hook
+
+        files = file_hook.wants_files(s.cache, dataset)
+        if files:  # its whole-file reads served in its workers (or none, saying why)
+            fetch_layer = file_hook.bind_for(s.cache, dataset)
+            worker_init_fn = file_hook.worker_init(fetch_layer, worker_init_fn, num_workers)
+    if not files and (s.cache is not None or callable(getattr(dataset, "fetch", None))):
         # None: a disk tier for remote data; False: none (a plain dataset loads no cache code)
         from unstall.cache.tiers import bind_cache
 
@@ -138,7 +146,7 @@ def build_machinery(owner: Any, dataset: Any, s: LoaderSettings) -> Machinery:
         collate_fn=_identity,
         pin_memory=pin_memory,
         timeout=s.timeout,
-        worker_init_fn=s.worker_init_fn,
+        worker_init_fn=worker_init_fn,
         multiprocessing_context=s.multiprocessing_context,
         generator=generator if worker_seeds is None else worker_seeds,
         prefetch_factor=prefetch,

@@ -55,6 +55,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             raw bytes before the dataset's store is asked; a size (``"16GiB"``) is
             ``unstall.Cache(size)``, a RAM tier of that size. Not given: a local-disk
             cache for remote (``s3://``) datasets, none for local ones; False: none.
+            A dataset that opens its files itself (no ``fetch``/``key``/``fingerprint``,
+            map-style or iterable) has its whole-file ``open(path, "rb")`` reads of the
+            files it lists served from the cache in its workers (`unstall.loader.file_hook`).
         device: None (batches stay on the host), ``"cpu"``, ``"cuda"`` or a
             `torch.device`: batches are copied there on a side stream, one batch
             ahead, so the copy overlaps the training step.
@@ -128,6 +131,13 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             dataset, "__len__"
         )
         if self._passthrough:
+            self._fetch_layer = None
+            if a["cache"] is not None and a["cache"] is not False:  # issue 40: files cached
+                from unstall.loader.file_hook import for_passthrough
+
+                self._fetch_layer = for_passthrough(a, dataset, shadow)
+                if self._fetch_layer is not None:
+                    self._stats_sources.append(self._fetch_layer.stats)
             check_passthrough(dataset, a)
             self._inner = shadow
             self.seed, self.rank, self.world_size, self.device, self.prep = None, 0, 1, None, "cpu"
