@@ -10,6 +10,7 @@ run on that torch loader itself, with the training loop's waits timed.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
@@ -290,9 +291,16 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         return owning_workers(it, raw, self)
 
     def close(self) -> None:
-        """Free the loader's shared-memory slots now (also done when it is collected)."""
+        """Free the loader's shared-memory slots now (also done when it is collected); a
+        file-level cache (a dataset that opens its own files) leaves this process too, with
+        its ``open`` hook. A `Cache` of unstall's own datasets stays bound: another loader
+        may use it."""
         if self._handoff is not None:
             self._handoff.close()
+        files = sys.modules.get("unstall.cache.files")  # loaded only where a file cache runs
+        layer = getattr(self, "_fetch_layer", None)
+        if files is not None and isinstance(layer, files.FileCache):
+            layer.close()
         if getattr(self, "_coordination", None) is not None:  # issue 18: leave the group
             self._coordination.close()
 
