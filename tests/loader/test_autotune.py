@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import unstall
-from unstall.loader.autotune import Budget, NodeShare, Window, decide
+from unstall.loader.autotune import Budget, NodeShare, Window, decide, resources
 from unstall.loader.autotune.resources import cores_left, memory_ceiling
 from unstall.loader.autotune.share import SHARE_PREFIX
 from unstall.loader.handoff import leftover_slots
@@ -86,9 +86,10 @@ def test_pool_changes_mid_epoch_give_every_sample_once_with_the_same_draws(persi
         if epoch == 0:
             assert sorted(i for ids, _ in got for i in ids) == list(range(96))
     assert got == expected  # same batches, same order, same random draws
-    assert seen_workers[:12] == [1, 1, 1, 3, 3, 3, 2, 2, 2, 1, 1, 1]
+    start = min(2, len(os.sched_getaffinity(0)))
+    assert seen_workers[:12] == [start] * 3 + [3, 3, 3, 2, 2, 2, 1, 1, 1]
     stats = loader.stats()["autotune"]
-    assert [h["num_workers"] for h in stats["history"]] == [[1, 3], [3, 2], [2, 1]]
+    assert [h["num_workers"] for h in stats["history"]] == [[start, 3], [3, 2], [2, 1]]
     assert [h["batch"] for h in stats["history"]] == [3, 6, 9]
     assert stats["num_workers"] == 1 and loader.num_workers == 1
     assert loader.stats()["zero_copy"]["slot_batches"] > 0
@@ -152,7 +153,7 @@ def test_device_stage_and_pin_memory_keep_working_across_changes():
     expected = [ids for ids, _ in _run(unstall.DataLoader(Drawn(64), batch_size=8, seed=2), 1)]
     for kwargs in ({"device": "cpu"}, {"pin_memory": True}):
         loader = unstall.DataLoader(Drawn(64), batch_size=8, seed=2, num_workers="auto", **kwargs)
-        loader._autotune.schedule([(1, 2), (4, 1)])
+        loader._autotune.schedule([(1, 3), (4, 1)])
         got = [_ids(x, y) for x, y, _ in loader]
         assert got == expected, kwargs
         assert loader.stats()["autotune"]["changes"] == 2
@@ -188,16 +189,17 @@ class Slow(torch.utils.data.Dataset):
         return i
 
 
-def test_the_rule_grows_a_waiting_loop_on_its_own():
+def test_the_rule_grows_a_waiting_loop_on_its_own(monkeypatch):
+    monkeypatch.setattr(resources, "node_cores", lambda: 4)  # sleeping workers: room for 4
     loader = unstall.DataLoader(Slow(), batch_size=4, seed=0, num_workers="auto")
     got = [i for b in loader for i in b.tolist()]
     assert sorted(got) == list(range(240))
     stats = loader.stats()["autotune"]
     assert stats["history"], stats
     first = stats["history"][0]
-    assert first["num_workers"][0] == 1 and first["num_workers"][1] > 1
+    assert first["num_workers"][0] == 2 and first["num_workers"][1] > 2
     assert first["why"] == "loop waits, cores free"
-    assert stats["num_workers"] <= stats["cores"]
+    assert stats["num_workers"] <= stats["cores"] == 4
     loader.close()
 
 

@@ -38,6 +38,8 @@ WINDOW_BATCHES = 6
 GAIN = 1.05
 #: How long a bound set by a change that did not pay holds [s].
 HOLD_S = 30.0
+#: Starting workers for ``num_workers="auto"`` (fewer with fewer cores).
+START_WORKERS = 2
 #: Starting prefetch for ``prefetch_factor="auto"``.
 START_PREFETCH = 2
 
@@ -50,7 +52,8 @@ def wants_auto(a: dict[str, Any]) -> bool:
 def take_auto(a: dict[str, Any], map_style: bool) -> AutoTuner | None:
     """Replace ``"auto"`` in the loader arguments ``a`` by starting values; the tuner.
 
-    ``num_workers="auto"`` starts at 1 worker, ``prefetch_factor="auto"`` at 2. An
+    ``num_workers="auto"`` starts at `START_WORKERS` (at most the cores),
+    ``prefetch_factor="auto"`` at 2. An
     iterable dataset (run by torch's own machinery, which cannot change its pool
     mid-epoch) keeps the starting values: None is returned for it.
     """
@@ -63,15 +66,20 @@ def take_auto(a: dict[str, Any], map_style: bool) -> AutoTuner | None:
         if v != AUTO and v is not None and (not isinstance(v, int) or isinstance(v, bool)):
             raise ValueError(f"{key}={v!r} must be an int or 'auto'")
     if tune_workers:
-        a["num_workers"] = 1
+        a["num_workers"] = min(START_WORKERS, resources.node_cores())
+    tuner = None
+    if map_style:  # claims its start in the node's share (ranks of one job split the cores)
+        tuner = AutoTuner(tune_workers, tune_prefetch, a["num_workers"], START_PREFETCH)
+        a["num_workers"] = tuner.workers
     if a.get("num_workers") == 0:
         raise ValueError("prefetch_factor='auto' needs num_workers > 0 (or num_workers='auto')")
     if tune_prefetch or a.get("prefetch_factor") is None:
         a["prefetch_factor"] = START_PREFETCH if tune_prefetch else a.get("prefetch_factor")
-    if not map_style:
+    if tuner is None:
         log.info("unstall autotune: an iterable dataset keeps %d workers", a["num_workers"])
         return None
-    return AutoTuner(tune_workers, tune_prefetch, a["num_workers"], a["prefetch_factor"] or 2)
+    tuner.prefetch = a["prefetch_factor"] or START_PREFETCH
+    return tuner
 
 
 class AutoTuner:
@@ -97,6 +105,12 @@ class AutoTuner:
         self._floor, self._ceiling, self._hold_until = 1, 1 << 16, 0.0
         self._last_change: dict[str, Any] | None = None  # to judge whether it paid
         self._budget = Budget(self._cores)
+        if tune_workers:  # ranks of one job on this node start within their share
+            ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+            others = self._share.claim(workers, False)
+            room = min(self._cores // ranks, self._cores - others.workers)
+            self.workers = max(1, min(workers, room))
+            self._share.claim(self.workers, False)
         self._reset_window()
         schedclock.enable()  # workers measure their time waiting for a core
 
