@@ -199,16 +199,16 @@ def test_the_rule_grows_a_waiting_loop_on_its_own(monkeypatch):
     first = stats["history"][0]
     assert first["num_workers"][0] == 2 and first["num_workers"][1] > 2
     assert first["why"] == "loop waits, cores free"
-    assert stats["num_workers"] <= stats["cores"] == 4
+    assert stats["num_workers"] <= 2 * stats["cores"] == 8  # sleeping workers: I/O-bound
     loader.close()
 
 
 # The rule on synthetic measurements -------------------------------------------------
 
 
-def _window(workers, *, wait=0.0, util=1.0, runq=0.0, batches=20, wall=1.0, prefetch=2):
+def _window(workers, *, wait=0.0, util=1.0, runq=0.0, batches=20, wall=1.0, prefetch=2, cpu=1.0):
     busy = util * wall * workers
-    return Window(batches, wall, wait * wall, busy, busy, runq * busy, workers, prefetch)
+    return Window(batches, wall, wait * wall, busy, cpu * busy, runq * busy, workers, prefetch)
 
 
 def test_rule_grows_when_the_loop_waits_and_cores_are_free():
@@ -228,6 +228,15 @@ def test_rule_never_goes_above_the_core_budget_or_the_memory_ceiling():
     assert d.workers == 2 and "cores" in d.why
     # crowded cores (workers wait for one more than half their task time): no growth
     assert decide(_window(2, wait=0.5, runq=0.6), Budget(cores=8)) is None
+
+
+def test_workers_waiting_on_io_count_as_part_of_a_core():
+    # a quarter of each task on the CPU: two workers per free core at most
+    d = decide(_window(2, wait=0.9, cpu=0.25), Budget(cores=2))
+    assert d.workers == 4
+    assert decide(_window(4, wait=0.9, cpu=0.25), Budget(cores=2)) is None
+    # CPU-bound again: back to one worker per core
+    assert decide(_window(4, wait=0.0, cpu=1.0), Budget(cores=2)).workers == 2
 
 
 def test_rule_shrinks_idle_workers_and_settles():

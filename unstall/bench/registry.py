@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "listing": "unstall.bench.listing",
     "launch": "unstall.bench.launch",
     "shards": "unstall.bench.shards",
+    "autotune": "unstall.bench.autotune",
 }
 
 

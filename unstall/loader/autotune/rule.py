@@ -10,7 +10,9 @@ measurements. What it reads, per window of batches:
 * ``contention``: the workers' time runnable but waiting for a core, per second of
   task time. Above `CROWDED` there are no free cores, whatever the count says.
 
-Rules, in order: above the cap (cores left, memory ceiling) -> down to it; the loop
+The cap: the cores left hold ``cores / (CPU share of a worker)`` workers (`core_cap`:
+a worker waiting on I/O counts as part of a core), never past the memory ceiling.
+Rules, in order: above the cap -> down to it; the loop
 waits, cores are free -> grow to the workers the measured costs need (at least one
 more, at most the cap); the loop does not wait and workers idle -> shrink to the busy
 workers plus `HEADROOM`; with ``prefetch_factor="auto"``, the loop waits while the
@@ -35,6 +37,8 @@ BURSTY_UTIL = 0.8
 #: The most workers ``"auto"`` ever runs, and the most tasks in flight per worker.
 MAX_WORKERS = 64
 MAX_PREFETCH = 8
+#: Workers that wait on I/O (fetch-bound) may number this many per free core.
+IO_WORKERS_PER_CORE = 2
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,17 @@ class Budget:
         return max(1, min(self.cores, self.memory_workers, MAX_WORKERS))
 
 
+def core_cap(w: Window, budget: Budget) -> int:
+    """The most workers ``budget`` allows for the workers measured in ``w``: each counts as
+    the share of a core it keeps busy (CPU seconds per task second; at least
+    1 / `IO_WORKERS_PER_CORE`, one core when not measured), so a fetch-bound pool may run
+    more processes than cores while CPU-bound workers get one core each."""
+    share = w.cpu_s / w.busy_s if w.busy_s > 0 and w.cpu_s > 0 else 1.0
+    share = min(1.0, max(share, 1.0 / IO_WORKERS_PER_CORE))
+    cores = int(budget.cores / share + 1e-9)
+    return max(1, min(cores, budget.memory_workers, MAX_WORKERS))
+
+
 @dataclass(frozen=True)
 class Decision:
     """A new pool: ``workers`` x ``prefetch`` tasks in flight, and why."""
@@ -107,9 +122,9 @@ def decide(
     that did not pay (settling), inside the budget's cap.
     """
     n, p = w.workers, w.prefetch
-    cap = budget.cap
+    cap = core_cap(w, budget)
     if tune_workers and n > cap:
-        what = "memory ceiling" if budget.memory_workers < budget.cores else "cores left"
+        what = "memory ceiling" if budget.memory_workers <= cap else "cores left"
         return Decision(cap, p, f"over the {what} ({cap})")
     waiting = w.wait > GROW_WAIT
     if tune_workers and waiting:
