@@ -8,6 +8,8 @@ import gc
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import psutil
@@ -276,3 +278,32 @@ def test_two_ranks_on_one_node_share_the_cores(tmp_path, monkeypatch):
     one.leave()
     two.leave()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_unstall_run_config_applies_auto_to_an_unchanged_script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import json, torch\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "class D(Dataset):\n"
+        "    def __len__(self): return 40\n"
+        "    def __getitem__(self, i): return i\n"
+        "loader = DataLoader(D(), batch_size=4, shuffle=True, num_workers=3)\n"
+        "ids = sorted(int(i) for b in loader for i in b)\n"
+        "auto = loader.stats()['autotune']\n"
+        "print(json.dumps({'ok': ids == list(range(40)), 'tuning': auto['tuning'],\n"
+        "                  'workers': loader.num_workers}))\n"
+    )
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"kwargs": {"num_workers": "auto"}}))
+    out = tmp_path / "run.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "unstall", "run", "--json", str(out), "--config", str(config),
+         "--", sys.executable, str(script)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["ok"] and got["tuning"] == ["num_workers"]
+    (proc,) = json.loads(out.read_text())["processes"]
+    assert proc["loaders"][0]["num_workers"] == got["workers"]  # what auto settled on
