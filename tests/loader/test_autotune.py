@@ -193,6 +193,7 @@ class Slow(torch.utils.data.Dataset):
 
 def test_the_rule_grows_a_waiting_loop_on_its_own(monkeypatch):
     monkeypatch.setattr(resources, "node_cores", lambda: 4)  # sleeping workers: room for 4
+    monkeypatch.setattr(resources.IdleMeter, "idle_cores", lambda self: 4.0)  # a quiet node
     loader = unstall.DataLoader(Slow(), batch_size=4, seed=0, num_workers="auto")
     got = [i for b in loader for i in b.tolist()]
     assert sorted(got) == list(range(240))
@@ -232,6 +233,12 @@ def test_rule_never_goes_above_the_core_budget_or_the_memory_ceiling():
     assert decide(_window(2, wait=0.5, runq=0.6), Budget(cores=8)) is None
 
 
+def test_rule_grows_only_into_idle_cores():
+    assert decide(_window(2, wait=0.9), Budget(cores=8, idle=0.3)) is None  # node busy
+    assert decide(_window(2, wait=0.9), Budget(cores=8, idle=1.2)).workers == 3
+    assert decide(_window(2, wait=0.9, cpu=0.5), Budget(cores=8, idle=1.2)).workers == 4
+
+
 def test_workers_waiting_on_io_count_as_part_of_a_core():
     # a quarter of each task on the CPU: two workers per free core at most
     d = decide(_window(2, wait=0.9, cpu=0.25), Budget(cores=2))
@@ -246,7 +253,7 @@ def test_rule_shrinks_idle_workers_and_settles():
     assert d.workers == 1 and d.why == "workers idle"
     assert decide(_window(4, wait=0.0, util=0.1), Budget(cores=8), floor=3).workers == 3
     assert decide(_window(2, wait=0.0, util=0.9), Budget(cores=8)) is None  # busy: keep
-    assert decide(_window(3, wait=0.03, util=0.2), Budget(cores=8)) is None  # in between
+    assert decide(_window(3, wait=0.08, util=0.2), Budget(cores=8)).workers > 3  # it waits
 
 
 def test_rule_raises_prefetch_when_the_loop_waits_on_idle_workers():

@@ -40,8 +40,9 @@ GOAL_CPU = 1.15
 KEEPS = 0.95
 #: Every job's size is multiplied by this (tests run a tenth).
 SCALE = 1.0
-#: Runs of each setting (median taken); `run` sets 3 with --quick, 5 without.
-REPEATS = 3
+#: Runs of each setting (median taken); None: 3 with --quick, 5 without.
+REPEATS: int | None = None
+_repeats = 3
 
 
 class Spin(torch.utils.data.Dataset):
@@ -89,6 +90,7 @@ def _once(make: Callable[[], Any], rate: float | None) -> dict[str, Any]:
         out["settled_on"] = auto["num_workers"]
         out["prefetch_factor"] = auto["prefetch_factor"]
         out["changes"] = auto["changes"]
+        out["restart_s"] = auto["restart_s"]
         out["history"] = auto["history"]
     return out
 
@@ -113,8 +115,8 @@ def _compare(name: str, runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def _sweep(make: Callable[[int | str, int | None], Any], rate: float | None, top: int,
            asked: tuple[int, int] | None = None) -> dict[str, dict[str, Any]]:  # fmt: skip
-    """Every setting `REPEATS` times, interleaved (a loaded machine's drift hits all alike);
-    the run with each setting's median rate."""
+    """Every setting `_repeats` times, interleaved (a loaded machine's drift hits all
+    alike); the run with each setting's median rate."""
     settings: dict[str, tuple[int | str, int | None]] = {
         str(n): (n, None) for n in range(1, top + 1)
     }
@@ -126,7 +128,7 @@ def _sweep(make: Callable[[int | str, int | None], Any], rate: float | None, top
 
 def _repeated(settings: dict[str, Any], once: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in settings}
-    for _ in range(REPEATS):
+    for _ in range(_repeats):
         for key, setting in settings.items():
             runs[key].append(once(setting))
     out = {}
@@ -244,9 +246,9 @@ def run(*, quick: bool, console: Any = None) -> BenchResult:
     say = console.print if console is not None else print
     cores = node_cores()
     top = 2 * cores
-    global REPEATS
+    global _repeats
     scale = (1 if quick else 4) * SCALE
-    REPEATS = 3 if quick else 5
+    _repeats = REPEATS or (3 if quick else 5)
     jobs: dict[str, dict[str, Any]] = {}
 
     # prep-bound: 1 ms of CPU a sample, no model time; the user asked 8 x prefetch 4

@@ -34,6 +34,9 @@ AUTO = "auto"
 #: A window lasts at least this long and this many batches (doubling once settled, to 8x).
 WINDOW_S = 0.3
 WINDOW_BATCHES = 6
+#: A new pool's first ``WARMUP_ROUNDS x workers x prefetch`` batches are not measured
+#: (workers starting, connections opening, the prefetch filling).
+WARMUP_ROUNDS = 2
 #: A grow must raise the rate by this factor to stay.
 GAIN = 1.05
 #: How long a bound set by a change that did not pay holds [s].
@@ -96,6 +99,7 @@ class AutoTuner:
         self._raw: Any = None
         self._t0 = time.perf_counter()
         self._cores = resources.node_cores()
+        self._idle = resources.IdleMeter()
         self._share = NodeShare(job_key())
         self._schedule: list[tuple[int, int, int | None]] = []
         self._pending: Decision | None = None
@@ -120,7 +124,7 @@ class AutoTuner:
         self._loader = weakref.ref(loader)
         self._it = weakref.ref(it)
         self._raw = weakref.ref(raw)
-        self._skip = self.workers * self.prefetch  # the pool fills its prefetch first
+        self._skip = WARMUP_ROUNDS * self.workers * self.prefetch  # the pool starts up
         self._reset_window()
 
     def schedule(self, steps: list[tuple[int, int] | tuple[int, int, int]]) -> None:
@@ -156,7 +160,8 @@ class AutoTuner:
         elif timing is not None:
             self._busy += sum(timing)
         now = time.perf_counter()
-        scale = 1 << min(self._settled, 3)
+        # after a change, the window that judges it is longer; once settled, they lengthen
+        scale = 2 if self._last_change is not None else 1 << min(self._settled, 3)
         if now - self._w0 >= WINDOW_S * scale and self._batches >= WINDOW_BATCHES:
             self._close_window(now)
 
@@ -174,7 +179,7 @@ class AutoTuner:
         self.restart_s += time.perf_counter() - t0
         self._raw = weakref.ref(new_raw)
         self.workers, self.prefetch = decision.workers, decision.prefetch
-        self._skip = decision.workers * decision.prefetch
+        self._skip = WARMUP_ROUNDS * decision.workers * decision.prefetch
         self._reset_window()
 
     # Deciding ----------------------------------------------------------------
@@ -248,7 +253,7 @@ class AutoTuner:
         left = resources.cores_left(self._cores, training, o.workers, o.ranks, o.waiting)
         per_worker = self._worker_bytes()
         memory = resources.memory_ceiling(self.workers, per_worker, resources.available_bytes())
-        self._budget = Budget(left, memory)
+        self._budget = Budget(left, memory, self._idle.idle_cores())
         return self._budget
 
     def _worker_bytes(self) -> float | None:
@@ -283,6 +288,7 @@ class AutoTuner:
                 worker_busy=round(w.util, 3),
                 core_wait=round(w.contention, 3),
                 cores_left=self._budget.cores,
+                idle_cores=None if self._budget.idle is None else round(self._budget.idle, 2),
                 memory_workers=min(self._budget.memory_workers, 1 << 16),
             )
         self.history.append(entry)
@@ -297,7 +303,7 @@ class AutoTuner:
             if w is None
             else f" ({w.rate:.1f} batches/s, loop waits {w.wait:.0%}, workers busy "
             f"{w.util:.0%}, waiting for a core {w.contention:.0%}, cores left "
-            f"{self._budget.cores})",
+            f"{self._budget.cores}, idle {self._budget.idle or 0:.1f})",
         )
         self._pending = d
         self._settled = 0

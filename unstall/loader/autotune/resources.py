@@ -2,7 +2,9 @@
 
 Cores: the CPUs this process may run on (`os.sched_getaffinity`, capped by a cgroup's
 ``cpu.max`` quota), less the cores the training process's own threads keep busy
-(measured: its CPU seconds over the wall time). Memory: each worker's proportional
+(measured: its CPU seconds over the wall time); and the node's idle cores
+(``/proc/stat``): a pool grows only into cores nothing else uses (a neighbour's job,
+a storage server on the same node). Memory: each worker's proportional
 set size (``/proc/PID/smaps_rollup``, RSS where that is missing) against the node's
 ``MemAvailable``: a pool grows only while half of what is available still covers the
 new workers.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 #: Share of the node's available memory new workers may take.
 MEMORY_SHARE = 0.5
@@ -31,6 +34,31 @@ def node_cores() -> int:
     except (OSError, ValueError):
         pass
     return max(1, cores)
+
+
+class IdleMeter:
+    """The node's idle cores over an interval, from ``/proc/stat`` (idle + iowait time)."""
+
+    def __init__(self) -> None:
+        self._last = self._read()
+
+    @staticmethod
+    def _read() -> tuple[float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                fields = f.readline().split()
+            hz = os.sysconf("SC_CLK_TCK")
+            return time.perf_counter(), (int(fields[4]) + int(fields[5])) / hz
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def idle_cores(self) -> float | None:
+        """Cores idle on average since the last call (None where not measured)."""
+        now, last = self._read(), self._last
+        self._last = now
+        if now is None or last is None or now[0] <= last[0]:
+            return None
+        return max(0.0, (now[1] - last[1]) / (now[0] - last[0]))
 
 
 def training_cores(main_cpu_s: float, wall_s: float) -> int:

@@ -4,7 +4,7 @@ Pure: it sees numbers only (`Window`, `Budget`), so tests drive it with syntheti
 measurements. What it reads, per window of batches:
 
 * ``wait``: the share of the loop's wall time spent waiting in ``next()``. Above
-  `GROW_WAIT` the workers are behind; below `SHRINK_WAIT` they keep up.
+  `GROW_WAIT` the workers are behind, else they keep up.
 * ``util``: the share of the workers' wall time spent on tasks (fetch + prepare).
   The loop needs about ``util x workers`` busy workers; the rest sit idle.
 * ``contention``: the workers' time runnable but waiting for a core, per second of
@@ -12,11 +12,12 @@ measurements. What it reads, per window of batches:
 
 The cap: the cores left hold ``cores / (CPU share of a worker)`` workers (`core_cap`:
 a worker waiting on I/O counts as part of a core), never past the memory ceiling.
-Rules, in order: above the cap -> down to it; the loop
-waits, cores are free -> grow to the workers the measured costs need (at least one
-more, at most the cap); the loop does not wait and workers idle -> shrink to the busy
-workers plus `HEADROOM`; with ``prefetch_factor="auto"``, the loop waits while the
-workers idle (bursty costs) -> more tasks in flight.
+Rules, in order: above the cap -> down to it; the loop waits and cores are free (under
+the cap, idle on the node, workers not crowded) -> grow to the workers the measured
+costs need (at least one more, at most the cap and the idle cores); the loop does not
+wait and workers idle -> shrink to the busy workers plus `HEADROOM`; with
+``prefetch_factor="auto"``, the loop waits while the workers idle (bursty costs) -> more
+tasks in flight.
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ from dataclasses import dataclass
 
 #: The loop waiting more than this share of its time: the workers are behind.
 GROW_WAIT = 0.05
-#: The loop waiting less than this share: the workers keep up.
-SHRINK_WAIT = 0.02
 #: Spare busy capacity kept when shrinking (workers needed x this).
 HEADROOM = 1.3
 #: Runnable-but-waiting time per task second above which no core counts as free.
@@ -81,20 +80,28 @@ class Budget:
 
     cores: int
     memory_workers: int = 1 << 16
+    idle: float | None = None  # the node's idle cores (None: not measured)
 
     @property
     def cap(self) -> int:
         return max(1, min(self.cores, self.memory_workers, MAX_WORKERS))
 
 
+def worker_share(w: Window) -> float:
+    """The share of a core one worker keeps busy: CPU seconds per task second not spent
+    waiting for a core (at least 1 / `IO_WORKERS_PER_CORE`; 1 when not measured)."""
+    running = w.busy_s - w.runq_s  # CPU or I/O
+    share = w.cpu_s / running if running > 0 and w.cpu_s > 0 else 1.0
+    return min(1.0, max(share, 1.0 / IO_WORKERS_PER_CORE))
+
+
 def core_cap(w: Window, budget: Budget) -> int:
     """The most workers ``budget`` allows for the workers measured in ``w``: each counts as
-    the share of a core it keeps busy (CPU seconds per task second; at least
+    the share of a core it keeps busy (CPU seconds per task second not spent waiting
+    for a core; at least
     1 / `IO_WORKERS_PER_CORE`, one core when not measured), so a fetch-bound pool may run
     more processes than cores while CPU-bound workers get one core each."""
-    share = w.cpu_s / w.busy_s if w.busy_s > 0 and w.cpu_s > 0 else 1.0
-    share = min(1.0, max(share, 1.0 / IO_WORKERS_PER_CORE))
-    cores = int(budget.cores / share + 1e-9)
+    cores = int(budget.cores / worker_share(w) + 1e-9)
     return max(1, min(cores, budget.memory_workers, MAX_WORKERS))
 
 
@@ -129,6 +136,8 @@ def decide(
     waiting = w.wait > GROW_WAIT
     if tune_workers and waiting:
         top = min(cap, max(ceiling, 1))
+        if budget.idle is not None:  # new workers only take cores nothing else uses
+            top = min(top, n + int(budget.idle / worker_share(w) + 1e-9))
         if n < top and w.contention <= CROWDED:
             # each worker turns out one batch per (task time - time waiting for a core);
             # the loop takes one per (its own time per batch): workers needed to keep up
@@ -138,7 +147,7 @@ def decide(
             return Decision(min(top, max(n + 1, need)), p, "loop waits, cores free")
     if tune_prefetch and waiting and w.util < BURSTY_UTIL and p < MAX_PREFETCH:
         return Decision(n, min(MAX_PREFETCH, p + 2), "loop waits while workers idle")
-    if tune_workers and not waiting and w.wait < SHRINK_WAIT and n > max(floor, 1):
+    if tune_workers and not waiting and n > max(floor, 1):
         need = max(1, math.ceil(w.util * n * HEADROOM))
         if need < n:
             return Decision(max(need, floor, 1), p, "workers idle")
