@@ -100,6 +100,7 @@ class AutoTuner:
         self._t0 = time.perf_counter()
         self._cores = resources.node_cores()
         self._idle = resources.IdleMeter()
+        self._per_worker: tuple[Any, float | None] | None = None  # (pool, bytes per worker)
         self._share = NodeShare(job_key())
         self._schedule: list[tuple[int, int, int | None]] = []
         self._pending: Decision | None = None
@@ -257,6 +258,13 @@ class AutoTuner:
         return self._budget
 
     def _worker_bytes(self) -> float | None:
+        """Bytes per worker (proportional set size, plus its share of slots): read once per
+        pool (reading ``smaps_rollup`` takes milliseconds per process)."""
+        if self._per_worker is None or self._per_worker[0] is not self._raw:
+            self._per_worker = (self._raw, self._read_worker_bytes())
+        return self._per_worker[1]
+
+    def _read_worker_bytes(self) -> float | None:
         raw = self.raw
         sizes = []
         for proc in getattr(raw, "_workers", None) or []:
