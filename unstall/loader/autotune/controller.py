@@ -300,19 +300,22 @@ class AutoTuner:
                 memory_workers=min(self._budget.memory_workers, 1 << 16),
             )
         self.history.append(entry)
-        log.info(
-            "unstall autotune: num_workers %d -> %d, prefetch_factor %d -> %d: %s%s",
-            self.workers,
-            d.workers,
-            self.prefetch,
-            d.prefetch,
-            d.why,
+        what = [
+            f"{name} {old} -> {new}"
+            for name, old, new in (
+                ("num_workers", self.workers, d.workers),
+                ("prefetch_factor", self.prefetch, d.prefetch),
+            )
+            if old != new
+        ]
+        rates = (
             ""
             if w is None
             else f" ({w.rate:.1f} batches/s, loop waits {w.wait:.0%}, workers busy "
             f"{w.util:.0%}, waiting for a core {w.contention:.0%}, cores left "
-            f"{self._budget.cores}, idle {self._budget.idle or 0:.1f})",
+            f"{self._budget.cores}, idle {self._budget.idle or 0:.1f})"
         )
+        log.info("unstall autotune: %s: %s%s", ", ".join(what), d.why, rates)
         self._pending = d
         self._settled = 0
         self._shrink_votes = 0
