@@ -128,9 +128,10 @@ def _sweep(make: Callable[[int | str, int | None], Any], rate: float | None, top
 
 def _repeated(settings: dict[str, Any], once: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in settings}
-    for _ in range(_repeats):
-        for key, setting in settings.items():
-            runs[key].append(once(setting))
+    order = list(settings)
+    for r in range(_repeats):  # every other round backwards: no setting always runs last
+        for key in order if r % 2 == 0 else order[::-1]:
+            runs[key].append(once(settings[key]))
     out = {}
     for key, each in runs.items():
         each.sort(key=lambda r: r["samples_per_s"])
