@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "launch": "unstall.bench.launch",
     "shards": "unstall.bench.shards",
     "filecache": "unstall.bench.filecache",
+    "autotune": "unstall.bench.autotune",
 }
 
 

@@ -21,6 +21,7 @@ import torch.utils.data
 from torch.utils.data import Sampler
 
 from unstall.loader import hooks
+from unstall.loader.autotune import take_auto
 from unstall.loader.build import build_machinery
 from unstall.loader.device import DeviceStage
 from unstall.loader.iterate import EpochIterator, PassthroughIterator
@@ -77,6 +78,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         coordinate: a group name (or True: named from the dataset's fingerprint).
             Loaders on this node in the same group prepare each batch once and share
             it through shared memory (see docs/guide/sweeps.md).
+        num_workers, prefetch_factor: as torch's, or ``"auto"``: the loader starts small
+            and changes its pool between batches while it runs (`unstall.loader.autotune`;
+            ``stats()["autotune"]`` says what it chose and why).
 
     Each ``iter()`` runs one epoch: epoch numbers advance by themselves, or are set
     with `set_epoch`. `state_dict` records the position; `load_state_dict` makes the
@@ -91,7 +95,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         shuffle: bool | None = None,
         sampler: Sampler | None = None,
         batch_sampler: Sampler | None = None,
-        num_workers: int = 0,
+        num_workers: int | str = 0,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         pin_memory: bool = False,
         drop_last: bool = False,
@@ -100,7 +104,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         multiprocessing_context: Any = None,
         generator: torch.Generator | None = None,
         *,
-        prefetch_factor: int | None = None,
+        prefetch_factor: int | str | None = None,
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
@@ -119,6 +123,10 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             a.pop(name, None)
         hooks.first_loader()  # `unstall run` / analyze start watching a script's own loaders
         a.update(config_overrides())
+        iterable = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
+            dataset, "__len__"
+        )
+        self._autotune = take_auto(a, map_style=not iterable)  # "auto" -> starting values
         # torch checks the options and sets the attributes it exposes, exactly as its own.
         shadow = TorchDataLoader(dataset, **torch_arguments(a))
         self.__dict__.update(shadow.__dict__)
@@ -131,6 +139,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._passthrough = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
             dataset, "__len__"
         )
+        if self._autotune is not None:
+            weakref.finalize(self, self._autotune.close)
+            self._autotune.enabled = not a["coordinate"]  # a group's pool stays as it started
         if self._passthrough:
             self._fetch_layer = None
             if a["cache"] is not None and a["cache"] is not False:  # issue 40: files cached
@@ -196,8 +207,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
 
     @property
     def passthrough(self) -> bool:
-        """True where torch's own loader runs the dataset as it is (an iterable dataset, or
-        one without a length): no unstall order, resume or batch tasks."""
+        """True where torch's own loader runs the dataset as it is (iterable, or no length)."""
         return self._passthrough
 
     def worker_pids(self) -> list[int]:
@@ -287,22 +297,24 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             cpu=self._main_cpu,
             on_epoch_end=lambda: stats.close_epoch(cursor.epoch, self._source_stats()),
             stage=stage,
+            tuner=self._autotune,
         )
+        if self._autotune is not None:
+            self._autotune.attach(self, it, raw)
         return owning_workers(it, raw, self)
 
     def close(self) -> None:
         """Free the loader's shared-memory slots now (also done when it is collected); a
-        file-level cache (a dataset that opens its own files) leaves this process too, with
-        its ``open`` hook. A `Cache` of unstall's own datasets stays bound: another loader
-        may use it."""
+        file-level cache leaves too, with its ``open`` hook (a `Cache` stays bound)."""
         if self._handoff is not None:
             self._handoff.close()
-        files = sys.modules.get("unstall.cache.files")  # loaded only where a file cache runs
-        layer = getattr(self, "_fetch_layer", None)
-        if files is not None and isinstance(layer, files.FileCache):
+        files, layer = sys.modules.get("unstall.cache.files"), getattr(self, "_fetch_layer", None)
+        if files is not None and isinstance(layer, files.FileCache):  # loaded only where used
             layer.close()
         if getattr(self, "_coordination", None) is not None:  # issue 18: leave the group
             self._coordination.close()
+        if getattr(self, "_autotune", None) is not None:
+            self._autotune.close()
 
     # Resume --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -367,6 +379,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         if self._handoff is not None:
             out["zero_copy"] = self._handoff.stats()
         out["epoch"] = self._position.current_epoch
+        if self._autotune is not None:
+            out["autotune"] = self._autotune.stats()
         out.update(self._source_stats())
         return out
 

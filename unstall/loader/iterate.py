@@ -142,6 +142,8 @@ class EpochIterator(_Timed):
         cpu: the loader's `CpuMeter` (main-process CPU per batch).
         on_epoch_end: called once when the epoch is complete.
         stage: the device stage, or None (host batches).
+        tuner: ``num_workers="auto"``'s tuner (`unstall.loader.autotune`): told of each
+            batch, it may change the pool before the next pull; or None.
     """
 
     def __init__(
@@ -157,8 +159,11 @@ class EpochIterator(_Timed):
         cpu: CpuMeter,
         on_epoch_end: Callable[[], None],
         stage: DeviceStage | None = None,
+        tuner: Any = None,
     ):
         super().__init__(loader, torch_iter, stats, length, on_epoch_end)
+        self._tuner = tuner
+        self._last_timing: Any = None  # the last pulled batch's worker timing (for the tuner)
         self._cursor = cursor
         if handoff is not None and handoff.size == 0:
             handoff = None  # slots not worth it for these batches: inline unpacking only
@@ -179,6 +184,8 @@ class EpochIterator(_Timed):
             raise StopIteration
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
+            if self._tuner is not None:  # a pool change decided after the last batch
+                self._tuner.apply(self)
             if self._stage is None:
                 if self._handoff is not None:
                     self._handoff.reclaim()  # slots of batches nothing references any more
@@ -205,6 +212,8 @@ class EpochIterator(_Timed):
         self._cursor.handed += 1
         self._cpu.add(time.thread_time() - c0)
         self._handed_out(now, wait, batch)
+        if self._tuner is not None:
+            self._tuner.observe(self, wait, timing if self._stage is None else self._last_timing)
         return batch
 
     def _received(self, batch: Any) -> Any:
@@ -242,6 +251,7 @@ class EpochIterator(_Timed):
         handle = self._stage.submit(self._received(batch))  # type: ignore[union-attr]
         del batch  # its slot frees once the stage is done with it
         self._stats.add_task(timing, t0, time.perf_counter() - t0)
+        self._last_timing = timing
         return handle
 
     def end_epoch(self, *, exhausted: bool = False, failed: bool = False) -> None:

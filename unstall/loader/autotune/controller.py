@@ -1,0 +1,365 @@
+"""The tuner of one loader: measures each batch, decides between batches, changes the pool.
+
+`AutoTuner` collects the loop's wait and the workers' task times batch by batch into
+windows; after each window it asks the rule (`rule.decide`) under the current budget
+(`resources`, `share`) and applies a decision at the next ``next()`` (`pool.restart_pool`),
+so an error while the pool changes surfaces there, like any pull's.
+
+Settling: the batches right after a change (the new pool filling up) are not measured;
+a shrink needs two windows in a row that ask for it; a change whose next window shows
+it did not pay (a grow that did not raise the rate by `GAIN`, a shrink after which the
+loop waits) is undone, and the count it left stays the bound for `HOLD_S` seconds.
+Windows lengthen once settled; the tuner keeps watching (costs that change, cores
+that other processes take). ``schedule`` (tests) replaces the rule with fixed steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import weakref
+from typing import Any
+
+from unstall.loader import schedclock
+from unstall.loader.autotune import resources
+from unstall.loader.autotune.pool import can_restart, restart_pool
+from unstall.loader.autotune.rule import Budget, Decision, Window, decide
+from unstall.loader.autotune.share import NodeShare, job_key
+
+log = logging.getLogger("unstall")
+
+#: The value that asks for tuning.
+AUTO = "auto"
+#: A window lasts at least this long and this many batches (doubling once settled, to 8x).
+WINDOW_S = 0.3
+WINDOW_BATCHES = 6
+#: A new pool's first ``WARMUP_ROUNDS x workers x prefetch`` batches are not measured
+#: (workers starting, connections opening, the prefetch filling).
+WARMUP_ROUNDS = 2
+#: A grow must raise the rate by this factor to stay.
+GAIN = 1.05
+#: How long a bound set by a change that did not pay holds [s].
+HOLD_S = 30.0
+#: Starting workers for ``num_workers="auto"`` (fewer with fewer cores).
+START_WORKERS = 2
+#: Starting prefetch for ``prefetch_factor="auto"``.
+START_PREFETCH = 2
+
+
+def wants_auto(a: dict[str, Any]) -> bool:
+    """Whether the loader arguments ``a`` ask for ``"auto"`` anywhere."""
+    return a.get("num_workers") == AUTO or a.get("prefetch_factor") == AUTO
+
+
+def take_auto(a: dict[str, Any], map_style: bool) -> AutoTuner | None:
+    """Replace ``"auto"`` in the loader arguments ``a`` by starting values; the tuner.
+
+    ``num_workers="auto"`` starts at `START_WORKERS` (at most the cores),
+    ``prefetch_factor="auto"`` at 2. An
+    iterable dataset (run by torch's own machinery, which cannot change its pool
+    mid-epoch) keeps the starting values: None is returned for it.
+    """
+    if not wants_auto(a):
+        return None
+    tune_workers = a.get("num_workers") == AUTO
+    tune_prefetch = a.get("prefetch_factor") == AUTO
+    for key in ("num_workers", "prefetch_factor"):
+        v = a.get(key)
+        if v != AUTO and v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+            raise ValueError(f"{key}={v!r} must be an int or 'auto'")
+    if tune_workers:
+        a["num_workers"] = min(START_WORKERS, resources.node_cores())
+    tuner = None
+    if map_style:  # claims its start in the node's share (ranks of one job split the cores)
+        tuner = AutoTuner(tune_workers, tune_prefetch, a["num_workers"], START_PREFETCH)
+        a["num_workers"] = tuner.workers
+    if a.get("num_workers") == 0:
+        raise ValueError("prefetch_factor='auto' needs num_workers > 0 (or num_workers='auto')")
+    if tune_prefetch or a.get("prefetch_factor") is None:
+        a["prefetch_factor"] = START_PREFETCH if tune_prefetch else a.get("prefetch_factor")
+    if tuner is None:
+        log.info("unstall autotune: an iterable dataset keeps %d workers", a["num_workers"])
+        return None
+    tuner.prefetch = a["prefetch_factor"] or START_PREFETCH
+    return tuner
+
+
+class AutoTuner:
+    """One loader's tuner (see the module's docstring)."""
+
+    def __init__(self, tune_workers: bool, tune_prefetch: bool, workers: int, prefetch: int):
+        self.tune_workers, self.tune_prefetch = tune_workers, tune_prefetch
+        self.workers, self.prefetch = workers, prefetch
+        self.history: list[dict[str, Any]] = []
+        self.restart_s = 0.0
+        self.enabled = True  # False: pinned (e.g. coordinated preparation)
+        self._loader: weakref.ref[Any] | None = None
+        self._it: weakref.ref[Any] | None = None
+        self._raw: Any = None
+        self._t0 = time.perf_counter()
+        self._cores = resources.node_cores()
+        self._idle = resources.IdleMeter()
+        self._per_worker: tuple[Any, float | None] | None = None  # (pool, bytes per worker)
+        self._share = NodeShare(job_key())
+        self._schedule: list[tuple[int, int, int | None]] = []
+        self._pending: Decision | None = None
+        self._skip = 0  # batches not measured (a new pool filling up)
+        self._shrink_votes = 0
+        self._settled = 0  # windows in a row without a change
+        self._floor, self._ceiling, self._hold_until = 1, 1 << 16, 0.0
+        self._last_change: dict[str, Any] | None = None  # to judge whether it paid
+        self._budget = Budget(self._cores)
+        if tune_workers:  # ranks of one job on this node start within their share
+            ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+            others = self._share.claim(workers, False)
+            room = min(self._cores // ranks, self._cores - others.workers)
+            self.workers = max(1, min(workers, room))
+            self._share.claim(self.workers, False)
+        self._reset_window()
+        schedclock.enable()  # workers measure their time waiting for a core
+
+    # Wiring ------------------------------------------------------------------
+    def attach(self, loader: Any, it: Any, raw: Any) -> None:
+        """Tune ``it`` (the loader's new epoch iterator), whose torch iterator is ``raw``."""
+        self._loader = weakref.ref(loader)
+        self._it = weakref.ref(it)
+        self._raw = weakref.ref(raw)
+        self._skip = WARMUP_ROUNDS * self.workers * self.prefetch  # the pool starts up
+        self._reset_window()
+
+    def schedule(self, steps: list[tuple[int, int] | tuple[int, int, int]]) -> None:
+        """Test hook: instead of the rule, switch to ``workers`` (and ``prefetch``) once
+        batch ``at`` of an epoch has been handed out, for each ``(at, workers[, prefetch])``."""
+        self._schedule = [(s[0], s[1], s[2] if len(s) > 2 else None) for s in steps]  # type: ignore[misc]
+
+    @property
+    def raw(self) -> Any:
+        """The torch iterator now running (tests kill its workers)."""
+        return self._raw() if self._raw is not None else None
+
+    # Per batch ---------------------------------------------------------------
+    def observe(self, it: Any, wait: float, timing: Any) -> None:
+        """One batch handed out after ``wait`` s; ``timing`` its worker's task timing."""
+        if not self.enabled or self._it is None or it is not self._it():
+            return
+        if self._schedule:
+            self._follow_schedule(it)
+            return
+        if self._skip > 0:
+            self._skip -= 1
+            if self._skip == 0:
+                self._reset_window()
+            return
+        self._batches += 1
+        self._wait += wait
+        span = getattr(timing, "span", None)
+        if span is not None:
+            self._busy += span[3] - span[1]
+            self._cpu += span[4]
+            self._runq += span[6]
+        elif timing is not None:
+            self._busy += sum(timing)
+        now = time.perf_counter()
+        # after a change, the window that judges it is longer; once settled, they lengthen
+        scale = 2 if self._last_change is not None else 1 << min(self._settled, 3)
+        if now - self._w0 >= WINDOW_S * scale and self._batches >= WINDOW_BATCHES:
+            self._close_window(now)
+
+    def apply(self, it: Any) -> None:
+        """Before ``it`` pulls its next batch: make a decided change (errors raise here)."""
+        decision, self._pending = self._pending, None
+        if decision is None or self._it is None or it is not self._it() or not can_restart(it):
+            return
+        loader = self._loader() if self._loader is not None else None
+        raw = self.raw
+        if loader is None or raw is None:
+            return
+        t0 = time.perf_counter()
+        new_raw = restart_pool(loader, it, raw, decision.workers, decision.prefetch)
+        self.restart_s += time.perf_counter() - t0
+        self._raw = weakref.ref(new_raw)
+        self.workers, self.prefetch = decision.workers, decision.prefetch
+        self._skip = WARMUP_ROUNDS * decision.workers * decision.prefetch
+        self._reset_window()
+
+    # Deciding ----------------------------------------------------------------
+    def _follow_schedule(self, it: Any) -> None:
+        at, workers, prefetch = self._schedule[0]
+        if it._cursor.handed >= at:
+            self._schedule.pop(0)
+            self._change(Decision(workers, prefetch or self.prefetch, "schedule"), None)
+
+    def _close_window(self, now: float) -> None:
+        wall = now - self._w0
+        main_cpu = time.process_time() - self._c0
+        w = Window(
+            self._batches,
+            wall,
+            self._wait,
+            self._busy,
+            self._cpu,
+            self._runq,
+            self.workers,
+            self.prefetch,
+        )
+        budget = self._measure_budget(w, main_cpu)
+        self._reset_window()
+        if self._judge(w):
+            return
+        if now >= self._hold_until:
+            self._floor, self._ceiling = 1, 1 << 16
+        d = decide(
+            w,
+            budget,
+            tune_workers=self.tune_workers,
+            tune_prefetch=self.tune_prefetch,
+            floor=self._floor,
+            ceiling=self._ceiling,
+        )
+        if d is not None and d.workers < self.workers and d.why == "workers idle":
+            self._shrink_votes += 1
+            if self._shrink_votes < 2:
+                d = None
+        else:
+            self._shrink_votes = 0
+        if d is None:
+            self._settled += 1
+            return
+        self._change(d, w)
+
+    def _judge(self, w: Window) -> bool:
+        """Undo the last change if this first window after it shows it did not pay."""
+        last, self._last_change = self._last_change, None
+        if last is None or last["window"] is None:
+            return False
+        before: Window = last["window"]
+        grew = w.workers > before.workers or w.prefetch > before.prefetch
+        if grew and w.rate < before.rate * GAIN and w.wait > 0.02:
+            bound = before.workers
+            self._ceiling, self._hold_until = bound, time.perf_counter() + HOLD_S
+            self._change(Decision(before.workers, before.prefetch, "the grow did not pay"), w)
+            self._last_change = None
+            return True
+        if w.workers < before.workers and w.wait > 0.05 and w.rate < before.rate / GAIN:
+            self._floor, self._hold_until = before.workers, time.perf_counter() + HOLD_S
+            self._change(Decision(before.workers, before.prefetch, "the shrink made it wait"), w)
+            self._last_change = None
+            return True
+        return False
+
+    def _measure_budget(self, w: Window, main_cpu: float) -> Budget:
+        training = resources.training_cores(main_cpu, w.wall_s)
+        o = self._share.claim(self.workers, w.wait > 0.05)
+        left = resources.cores_left(self._cores, training, o.workers, o.ranks, o.waiting)
+        per_worker = self._worker_bytes()
+        memory = resources.memory_ceiling(self.workers, per_worker, resources.available_bytes())
+        self._budget = Budget(left, memory, self._idle.idle_cores())
+        return self._budget
+
+    def _worker_bytes(self) -> float | None:
+        """Bytes per worker (proportional set size, plus its share of slots): read once per
+        pool (reading ``smaps_rollup`` takes milliseconds per process)."""
+        if self._per_worker is None or self._per_worker[0] is not self._raw:
+            self._per_worker = (self._raw, self._read_worker_bytes())
+        return self._per_worker[1]
+
+    def _read_worker_bytes(self) -> float | None:
+        raw = self.raw
+        sizes = []
+        for proc in getattr(raw, "_workers", None) or []:
+            size = resources.process_bytes(proc.pid) if proc.pid else None
+            if size:
+                sizes.append(size)
+        if not sizes:
+            return None
+        loader = self._loader() if self._loader is not None else None
+        handoff = getattr(loader, "_handoff", None)
+        slots = (handoff.size or 0) * self.prefetch if handoff is not None else 0
+        return sum(sizes) / len(sizes) + slots
+
+    def _change(self, d: Decision, w: Window | None) -> None:
+        if d.workers == self.workers and d.prefetch == self.prefetch:
+            return
+        entry = {
+            "t_s": round(time.perf_counter() - self._t0, 3),
+            "epoch": self._cursor_epoch(),
+            "batch": self._cursor_batch(),
+            "num_workers": [self.workers, d.workers],
+            "prefetch_factor": [self.prefetch, d.prefetch],
+            "why": d.why,
+        }
+        if w is not None:
+            entry.update(
+                batches_per_s=round(w.rate, 2),
+                loop_wait=round(w.wait, 3),
+                worker_busy=round(w.util, 3),
+                core_wait=round(w.contention, 3),
+                cores_left=self._budget.cores,
+                idle_cores=None if self._budget.idle is None else round(self._budget.idle, 2),
+                memory_workers=min(self._budget.memory_workers, 1 << 16),
+            )
+        self.history.append(entry)
+        what = [
+            f"{name} {old} -> {new}"
+            for name, old, new in (
+                ("num_workers", self.workers, d.workers),
+                ("prefetch_factor", self.prefetch, d.prefetch),
+            )
+            if old != new
+        ]
+        rates = (
+            ""
+            if w is None
+            else f" ({w.rate:.1f} batches/s, loop waits {w.wait:.0%}, workers busy "
+            f"{w.util:.0%}, waiting for a core {w.contention:.0%}, cores left "
+            f"{self._budget.cores}, idle {self._budget.idle or 0:.1f})"
+        )
+        log.info("unstall autotune: %s: %s%s", ", ".join(what), d.why, rates)
+        self._pending = d
+        self._settled = 0
+        self._shrink_votes = 0
+        self._last_change = {"window": w}
+
+    def _cursor_epoch(self) -> int | None:
+        it = self._it() if self._it is not None else None
+        return it._cursor.epoch if it is not None else None
+
+    def _cursor_batch(self) -> int | None:
+        it = self._it() if self._it is not None else None
+        return it._cursor.handed if it is not None else None
+
+    def _reset_window(self) -> None:
+        self._w0, self._c0 = time.perf_counter(), time.process_time()
+        self._batches = 0
+        self._wait = self._busy = self._cpu = self._runq = 0.0
+
+    # Reporting ---------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """``stats()["autotune"]``: what is tuned, the pool now, every change and why."""
+        return {
+            "tuning": [
+                k
+                for k, on in (
+                    ("num_workers", self.tune_workers),
+                    ("prefetch_factor", self.tune_prefetch),
+                )
+                if on
+            ],
+            "enabled": self.enabled,
+            "num_workers": self.workers,
+            "prefetch_factor": self.prefetch,
+            "changes": len(self.history),
+            "restart_s": round(self.restart_s, 4),
+            "cores": self._cores,
+            "budget": {
+                "cores": self._budget.cores,
+                "memory_workers": min(self._budget.memory_workers, 1 << 16),
+            },
+            "history": list(self.history),
+            "pid": os.getpid(),
+        }
+
+    def close(self) -> None:
+        """Leave the node's share file."""
+        self._share.leave()

@@ -1,0 +1,113 @@
+"""What the tuner may use: the cores left for workers and the memory ceiling, measured.
+
+Cores: the CPUs this process may run on (`os.sched_getaffinity`, capped by a cgroup's
+``cpu.max`` quota), less the cores the training process's own threads keep busy
+(measured: its CPU seconds over the wall time); and the node's idle cores
+(``/proc/stat``): a pool grows only into cores nothing else uses (a neighbour's job,
+a storage server on the same node). Memory: each worker's proportional
+set size (``/proc/PID/smaps_rollup``, RSS where that is missing) against the node's
+``MemAvailable``: a pool grows only while half of what is available still covers the
+new workers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+#: Share of the node's available memory new workers may take.
+MEMORY_SHARE = 0.5
+
+
+def node_cores() -> int:
+    """CPUs this process may use: its affinity, capped by a cgroup v2 quota."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+class IdleMeter:
+    """The node's idle cores over an interval, from ``/proc/stat`` (idle + iowait time)."""
+
+    def __init__(self) -> None:
+        self._last = self._read()
+
+    @staticmethod
+    def _read() -> tuple[float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                fields = f.readline().split()
+            hz = os.sysconf("SC_CLK_TCK")
+            return time.perf_counter(), (int(fields[4]) + int(fields[5])) / hz
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def idle_cores(self) -> float | None:
+        """Cores idle on average since the last call (None where not measured)."""
+        now, last = self._read(), self._last
+        self._last = now
+        if now is None or last is None or now[0] <= last[0]:
+            return None
+        return max(0.0, (now[1] - last[1]) / (now[0] - last[0]))
+
+
+def training_cores(main_cpu_s: float, wall_s: float) -> int:
+    """Cores the training process's own threads keep busy over ``wall_s`` (rounded)."""
+    if wall_s <= 0:
+        return 0
+    return max(0, int(main_cpu_s / wall_s + 0.5))
+
+
+def available_bytes() -> int | None:
+    """The node's ``MemAvailable`` in bytes (None where /proc/meminfo has none)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def process_bytes(pid: int) -> int | None:
+    """A process's proportional set size (shared pages split among their users), else RSS."""
+    for path, key in ((f"/proc/{pid}/smaps_rollup", "Pss:"), (f"/proc/{pid}/status", "VmRSS:")):
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(key):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def memory_ceiling(workers: int, per_worker: float | None, available: int | None) -> int:
+    """The most workers memory allows: the ``workers`` running plus what `MEMORY_SHARE` of
+    ``available`` bytes holds at ``per_worker`` bytes each (no limit when not measured)."""
+    if not per_worker or available is None:
+        return 1 << 16
+    return workers + int(MEMORY_SHARE * available // per_worker)
+
+
+def cores_left(
+    cores: int, training: int, others_workers: int, others_ranks: int, others_waiting: int
+) -> int:
+    """Cores this rank's workers may use: the node's ``cores`` less the training process's
+    own busy cores and the other ranks' workers; while another rank waits for workers,
+    no more than a fair share (``cores`` over the ranks). At least 1."""
+    left = cores - training - others_workers
+    if others_waiting and others_ranks:
+        left = min(left, cores // (others_ranks + 1))
+    return max(1, left)

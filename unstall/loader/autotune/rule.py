@@ -1,0 +1,154 @@
+"""The decision rule: from one window of measurements, the pool the loader should run.
+
+Pure: it sees numbers only (`Window`, `Budget`), so tests drive it with synthetic
+measurements. What it reads, per window of batches:
+
+* ``wait``: the share of the loop's wall time spent waiting in ``next()``. Above
+  `GROW_WAIT` the workers are behind, else they keep up.
+* ``util``: the share of the workers' wall time spent on tasks (fetch + prepare).
+  The loop needs about ``util x workers`` busy workers; the rest sit idle.
+* ``contention``: the workers' time runnable but waiting for a core, per second of
+  task time. Above `CROWDED` there are no free cores, whatever the count says.
+
+The cap: the cores left hold ``cores / (CPU share of a worker)`` workers (`core_cap`:
+a worker waiting on I/O counts as part of a core), never past the memory ceiling.
+Rules, in order: above the cap -> down to it; the loop waits and cores are free (under
+the cap, idle on the node, workers not crowded) -> grow to the workers the measured
+costs need (at least one more, at most the cap and the idle cores); the loop does not
+wait and workers idle -> shrink to the busy workers plus `HEADROOM`; with
+``prefetch_factor="auto"``, the loop waits while the workers idle (bursty costs) -> more
+tasks in flight.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: The loop waiting more than this share of its time: the workers are behind.
+GROW_WAIT = 0.05
+#: Spare busy capacity kept when shrinking (workers needed x this).
+HEADROOM = 1.3
+#: Runnable-but-waiting time per task second above which no core counts as free.
+CROWDED = 0.5
+#: Workers idle more than this share while the loop waits: tasks in flight are short.
+BURSTY_UTIL = 0.8
+#: The most workers ``"auto"`` ever runs, and the most tasks in flight per worker.
+MAX_WORKERS = 64
+MAX_PREFETCH = 8
+#: Workers that wait on I/O (fetch-bound) may number this many per free core.
+IO_WORKERS_PER_CORE = 2
+
+
+@dataclass(frozen=True)
+class Window:
+    """Measurements over a run of consecutive batches (seconds are totals)."""
+
+    batches: int
+    wall_s: float  # the loop's wall time over the window
+    wait_s: float  # of which waiting in next()
+    busy_s: float  # workers' task time (fetch + prepare), all workers
+    cpu_s: float  # workers' CPU seconds on those tasks
+    runq_s: float  # workers' time runnable, waiting for a core
+    workers: int
+    prefetch: int
+
+    @property
+    def rate(self) -> float:
+        """Batches per second."""
+        return self.batches / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def wait(self) -> float:
+        return min(1.0, self.wait_s / self.wall_s) if self.wall_s > 0 else 0.0
+
+    @property
+    def util(self) -> float:
+        if self.wall_s <= 0 or self.workers <= 0:
+            return 0.0
+        return min(1.0, self.busy_s / (self.wall_s * self.workers))
+
+    @property
+    def contention(self) -> float:
+        return self.runq_s / self.busy_s if self.busy_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the pool may take: ``cores`` for workers (after the training process's threads
+    and the other ranks on the node) and ``memory_workers`` (the memory ceiling)."""
+
+    cores: int
+    memory_workers: int = 1 << 16
+    idle: float | None = None  # the node's idle cores (None: not measured)
+
+    @property
+    def cap(self) -> int:
+        return max(1, min(self.cores, self.memory_workers, MAX_WORKERS))
+
+
+def worker_share(w: Window) -> float:
+    """The share of a core one worker keeps busy: CPU seconds per task second not spent
+    waiting for a core (at least 1 / `IO_WORKERS_PER_CORE`; 1 when not measured)."""
+    running = w.busy_s - w.runq_s  # CPU or I/O
+    share = w.cpu_s / running if running > 0 and w.cpu_s > 0 else 1.0
+    return min(1.0, max(share, 1.0 / IO_WORKERS_PER_CORE))
+
+
+def core_cap(w: Window, budget: Budget) -> int:
+    """The most workers ``budget`` allows for the workers measured in ``w``: each counts as
+    the share of a core it keeps busy (CPU seconds per task second not spent waiting
+    for a core; at least
+    1 / `IO_WORKERS_PER_CORE`, one core when not measured), so a fetch-bound pool may run
+    more processes than cores while CPU-bound workers get one core each."""
+    cores = int(budget.cores / worker_share(w) + 1e-9)
+    return max(1, min(cores, budget.memory_workers, MAX_WORKERS))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A new pool: ``workers`` x ``prefetch`` tasks in flight, and why."""
+
+    workers: int
+    prefetch: int
+    why: str
+
+
+def decide(
+    w: Window,
+    budget: Budget,
+    *,
+    tune_workers: bool = True,
+    tune_prefetch: bool = False,
+    floor: int = 1,
+    ceiling: int = MAX_WORKERS,
+) -> Decision | None:
+    """The pool to switch to after window ``w`` under ``budget``, or None (keep it).
+
+    ``floor`` / ``ceiling``: bounds the controller holds for a while after a change
+    that did not pay (settling), inside the budget's cap.
+    """
+    n, p = w.workers, w.prefetch
+    cap = core_cap(w, budget)
+    if tune_workers and n > cap:
+        what = "memory ceiling" if budget.memory_workers <= cap else "cores left"
+        return Decision(cap, p, f"over the {what} ({cap})")
+    waiting = w.wait > GROW_WAIT
+    if tune_workers and waiting:
+        top = min(cap, max(ceiling, 1))
+        if budget.idle is not None:  # new workers only take cores nothing else uses
+            top = min(top, n + int(budget.idle / worker_share(w) + 1e-9))
+        if n < top and w.contention <= CROWDED:
+            # each worker turns out one batch per (task time - time waiting for a core);
+            # the loop takes one per (its own time per batch): workers needed to keep up
+            own = max(w.wall_s - w.wait_s, 1e-3 * w.batches) / max(w.batches, 1)
+            task = max(w.busy_s - w.runq_s, 0.0) / max(w.batches, 1)
+            need = math.ceil(task / own) if own > 0 else top
+            return Decision(min(top, max(n + 1, need)), p, "loop waits, cores free")
+    if tune_prefetch and waiting and w.util < BURSTY_UTIL and p < MAX_PREFETCH:
+        return Decision(n, min(MAX_PREFETCH, p + 2), "loop waits while workers idle")
+    if tune_workers and not waiting and n > max(floor, 1):
+        need = max(1, math.ceil(w.util * n * HEADROOM))
+        if need < n:
+            return Decision(max(need, floor, 1), p, "workers idle")
+    return None
