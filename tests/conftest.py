@@ -25,6 +25,7 @@ SERIAL = (
     "tests/data/shards/test_together.py",
     "tests/distributed/test_tls.py",
     "tests/gpu/test_hybrid.py",
+    "tests/loader/test_autotune.py",  # the node's core share file is one per node
     "tests/loader/test_iterator_stats.py",
     "tests/loader/test_torch_parity.py",
     "tests/stores/test_throttle.py",

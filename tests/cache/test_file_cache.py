@@ -217,7 +217,10 @@ def run(
 
 
 def shm_files() -> list[str]:
-    return sorted(os.listdir(segment.shm_dir()))
+    """This test's shared-memory files (its namespace, which its scripts inherit): tests
+    running beside it on another process make their own."""
+    prefix = segment.name_prefix()
+    return sorted(n for n in os.listdir(segment.shm_dir()) if n.startswith(prefix))
 
 
 def per_epoch(stats: list[dict]) -> list[dict]:
