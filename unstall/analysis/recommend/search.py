@@ -104,6 +104,26 @@ def per_worker_rate(rates: Rates, base: Config) -> float:
     return 1.0 / per_sample if per_sample > 0 else 0.0
 
 
+def file_cache_advice(files: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
+    """What the recommendation's cache is for a dataset that opens its files itself (issue
+    40): its size in bytes of the files the dataset lists, or why no cache can apply to it.
+    ``files``: the measured facts (`unstall.analysis.measure.script.files`); empty or
+    ``applies`` None for unstall's own datasets (nothing to add)."""
+    if files.get("applies") is False:
+        return {"cache_not_applied": f"the node cache cannot apply: {files['why']}"}
+    fraction = rec["kwargs"].get("cache")
+    if not files.get("applies") or not fraction:
+        return {}
+    return {
+        "cache_bytes": int(fraction * files["bytes"]),
+        "cache_files": (
+            f"the node cache holds {fraction:g} of the {files['files']} files "
+            f"{files['where']} lists (whole files, read by the dataset's own open); "
+            "unstall run --config FILE applies it, the script unedited"
+        ),
+    }
+
+
 def _why_unchanged(unknown: dict[str, str]) -> str:
     if "prep" in unknown:
         return f"no loader setting is advised: {unknown['prep']}"
