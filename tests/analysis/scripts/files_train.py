@@ -72,15 +72,15 @@ class Folder(Dataset):  # torchvision-style: (path, class) pairs in .samples, re
         return self.slow.read(path, True), target
 
 
-class Stream(IterableDataset):
+class Stream(IterableDataset):  # each worker reads its share of one shuffled order
     def __init__(self, paths: list[str], slow: Slow):
         self.paths, self.slow = paths, slow
+        self.order = torch.randperm(len(paths), generator=torch.Generator().manual_seed(0))
 
     def __iter__(self):
         info = get_worker_info()
         k, w = (info.id, info.num_workers) if info else (0, 1)
-        order = torch.randperm(len(self.paths)).tolist()
-        for i in order[k::w]:
+        for i in self.order.tolist()[k::w]:
             yield self.slow.read(self.paths[i], False), i % 10
 
 
