@@ -87,6 +87,8 @@ def test_a_dataset_without_files_is_told_why_no_cache(tmp_path, files_root):
     assert report["bottleneck"] == "fetch", (report["stall"], report["runs"])
     (row,) = [r for r in report["remedies"] if r["remedy"] == "cache"]
     assert row["predicted_samples_per_s"] is None and "Made lists no files" in row["not_applicable"]
+    page = (tmp_path / "html" / "index.html").read_text()
+    assert "Cache: the node cache cannot apply: Made lists no files" in page
 
 
 @pytest.mark.timeout(200)

@@ -7,6 +7,9 @@ Two facts are taken here, in the job's process, for the later stages:
 - `file_cache_facts`: whether the file cache applies to the measured loader's dataset,
   the files it lists and their bytes (the rates stage prices a cache of a fraction of
   them), or why it does not apply (said in the report, never an error);
+- `evict_listed`: the cold run's files dropped from the page cache (as the analyzer drops
+  unstall's datasets' files), so a dataset read from local disk is measured as it reads
+  from storage, not from what an earlier run left in memory;
 - `prefill`: in the verification's run under a cache setting, the cache filled before
   timing as the first epoch leaves it (a random share of the listed files, as many as fit),
   so the measured window is the steady state the model priced (a hit rate of C/N), not the
@@ -17,12 +20,35 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from typing import Any
 
 #: Files whose sizes are read to estimate the listed bytes (evenly spaced).
 SIZE_SAMPLE = 256
 #: Files filled per round of `prefill`: it stops at the first round that stores none.
 FILL_ROUND = 64
+#: Seconds `prefill` and `evict_listed` may take at most (a huge dataset: a share of it).
+FILL_MAX_S = 60.0
+EVICT_MAX_S = 15.0
+
+
+def evict_listed(dataset: Any) -> bool:
+    """Drop the files ``dataset`` lists from the page cache (at most `EVICT_MAX_S`); False
+    when it lists none (or is one of unstall's: evicted by its store)."""
+    from unstall.cache.files import drop_page_cache, listed_paths
+
+    if dataset is None or callable(getattr(dataset, "fingerprint", None)):
+        return False
+    try:
+        paths, _ = listed_paths(dataset)
+    except Exception:  # lists no files: nothing to evict
+        return False
+    end = time.monotonic() + EVICT_MAX_S
+    for start in range(0, len(paths), 1024):
+        drop_page_cache(paths[start : start + 1024])
+        if time.monotonic() > end:
+            break
+    return True
 
 
 def file_cache_facts(dataset: Any) -> dict[str, Any]:
@@ -77,7 +103,8 @@ def prefill(loader: Any) -> dict[str, Any] | None:
         return None
     order = list(range(files.files))
     random.Random(0).shuffle(order)
-    stored = 0
+    stored, complete = 0, True
+    end = time.monotonic() + FILL_MAX_S
     try:
         for start in range(0, len(order), FILL_ROUND):
             chunk = order[start : start + FILL_ROUND]
@@ -86,6 +113,9 @@ def prefill(loader: Any) -> dict[str, Any] | None:
             stored += got
             if not got:  # full (or held already): the rest would not be stored
                 break
+            if time.monotonic() > end:
+                complete = False  # a share of what the epoch leaves: said in the report
+                break
     finally:
         files.close()
-    return {"stored": stored, "files": files.files}
+    return {"stored": stored, "files": files.files, "complete": complete}
