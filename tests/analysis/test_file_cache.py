@@ -24,18 +24,25 @@ from tests.analysis.conftest import run_analyze
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "files_train.py"
 FILES = 1200
-SIZE = 32 * 1024
+SIDE = 104
+#: A 24-bit BMP: header and pixels (rows of 312 bytes, no padding). Not 8-bit grayscale:
+#: PIL maps such raw images with mmap of the file by name, which no cache can serve.
+SIZE = 54 + SIDE * SIDE * 3
 
 
 @pytest.fixture(scope="module")
 def files_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """FILES random files of SIZE bytes on a real disk (a tmpfs has no page cache to drop),
-    dated a minute back (the cache stores no file written in its last seconds), synced."""
+    """FILES images of random pixels (BMP: SIZE bytes each, read whole by ``open`` or by PIL)
+    on a real disk (a tmpfs has no page cache to drop), dated a minute back (the cache
+    stores no file written in its last seconds), synced."""
+    from PIL import Image
+
     root = tmp_path_factory.mktemp("files")
     old = time.time_ns() - 60 * 10**9
     for i in range(FILES):
-        path = root / f"{i:05d}.bin"
-        path.write_bytes(os.urandom(SIZE))
+        path = root / f"{i:05d}.bmp"
+        Image.frombytes("RGB", (SIDE, SIDE), os.urandom(SIZE - 54)).save(path, "BMP")
+        assert path.stat().st_size == SIZE
         os.utime(path, ns=(old, old))
     os.sync()
     return root
@@ -45,11 +52,13 @@ OPTIONS = ["--steps", "30", "--warmup", "3", "--min-seconds", "3"]
 
 
 @pytest.mark.timeout(240)
-def test_fetch_bound_script_gets_the_file_cache_verified(tmp_path, files_root):
+@pytest.mark.parametrize(("kind", "where"), [("open", "Files.paths"), ("folder", "Folder.samples")])
+def test_fetch_bound_script_gets_the_file_cache_verified(tmp_path, files_root, kind, where):
+    """Paths read with ``open(path, "rb")``; torchvision-style ``samples`` read with PIL."""
     report = run_analyze(
         tmp_path,
         [*OPTIONS, "--verify"],
-        [sys.executable, str(SCRIPT), str(files_root), "--kind", "open"],
+        [sys.executable, str(SCRIPT), str(files_root), "--kind", kind],
     )
     assert report["bottleneck"] == "fetch", (report["stall"], report["runs"])
     rec = report["recommendation"]
@@ -57,10 +66,10 @@ def test_fetch_bound_script_gets_the_file_cache_verified(tmp_path, files_root):
     assert rec["changed"] and fraction is not None and 0 < fraction <= 1, rec
     assert rec["kwargs"]["num_workers"] == 4, rec
     listed = report["file_cache"]
-    assert listed["applies"] and listed["files"] == FILES and listed["where"] == "Files.paths"
+    assert listed["applies"] and listed["files"] == FILES and listed["where"] == where
     assert listed["bytes"] == FILES * SIZE
     assert rec["cache_bytes"] == int(fraction * FILES * SIZE)
-    assert "Files.paths" in rec["cache_files"]
+    assert where in rec["cache_files"]
     v = report["verified"]
     assert v["kwargs"] == rec["kwargs"]
     # the cache was filled as the first epoch leaves it, and served hits in the window
