@@ -12,7 +12,9 @@ short measurements on the job's own samples, never assumed:
 - ``gpu``: GPU decode, where a GPU decoder and a CUDA device are present (its rate is
   not guessed: measured on that machine, or reported as not measured);
 - ``cache``: the disk tier or peers for a fetch-bound job (the samples come from local
-  disk from the second epoch).
+  disk from the second epoch); for a script's own dataset that opens the files it lists,
+  the node cache of those whole files under ``unstall run --config``, or why it cannot
+  apply (issue 40: `unstall.analysis.measure.script.files`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ def max_cache_fraction(rates: Rates, num_samples: int, room_bytes: float | None)
     """The largest cache fraction ``room_bytes`` (the node's free shared memory and half its
     RAM, as measured) can hold."""
     dataset_bytes = rates.sample_bytes * num_samples
-    if rates.sample_bytes <= 1.0:  # plain dataset: sizes unknown, unstall's cache cannot bind
+    if rates.sample_bytes <= 1.0:  # sizes unknown (a dataset listing no files): no cache binds
         return 0.0
     if room_bytes is None:
         return 0.0
