@@ -98,7 +98,21 @@ def describe(loader: Any, number: int) -> dict[str, Any]:
         "prep_ms_per_batch": prep_ms,
         "samples_per_s": s["samples_per_s"],
         "main_cpu_ms_per_batch": s.get("main_cpu_ms_per_batch"),
+        **({"cache": cache_row(s["cache"])} if isinstance(s.get("cache"), dict) else {}),
         "_dataset_id": id(loader.dataset),
+    }
+
+
+def cache_row(c: dict[str, Any]) -> dict[str, Any]:
+    """The loader's cache in one row: whole files (a dataset that opens its own, issue 40)
+    or the dataset's samples; its hit rate and what it holds."""
+    return {
+        "level": c.get("level", "sample"),
+        "hit_rate": c.get("hit_rate"),
+        "hits": c.get("hits"),
+        "misses": c.get("misses"),
+        "items_cached": c.get("items_cached"),
+        "capacity_bytes": c.get("capacity_bytes"),
     }
 
 

@@ -13,7 +13,7 @@ what was not measured is unknown (None, with the reason), never infinite.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from unstall.analysis.measure.result import Measurement
@@ -224,6 +224,10 @@ def derive_script(m: Measurement) -> Derived:
             "the measurement: the what-if prices the cores left"
         )
     rates = d.rates
+    files = m.extra.get("file_cache") or {}
+    if files.get("applies") and files.get("files"):
+        # the files the dataset lists: the file cache (issue 40) holds a fraction of their bytes
+        rates = replace(rates, sample_bytes=max(1.0 + 1e-9, files["bytes"] / files["files"]))
     return Derived(
         measurement=m,
         rates=rates,
@@ -238,5 +242,6 @@ def derive_script(m: Measurement) -> Derived:
         extra={
             "oversubscription": d.oversubscribed,
             "ingestion_rate_alone": round(d.ingestion_alone, 2),
+            **({"file_cache": files} if files else {}),
         },
     )

@@ -12,7 +12,9 @@ short measurements on the job's own samples, never assumed:
 - ``gpu``: GPU decode, where a GPU decoder and a CUDA device are present (its rate is
   not guessed: measured on that machine, or reported as not measured);
 - ``cache``: the disk tier or peers for a fetch-bound job (the samples come from local
-  disk from the second epoch).
+  disk from the second epoch); for a script's own dataset that opens the files it lists,
+  the node cache of those whole files under ``unstall run --config``, or why it cannot
+  apply (issue 40: `unstall.analysis.measure.script.files`).
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ def remedies(
     unknown: dict[str, str],
     cuda: bool = False,
     decoder: str | None = None,
+    files: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Each remedy that applies to this bottleneck, with its prediction or why it has none
     (``probe``: the lean pipeline timed beside the job's own ``dataset[i]``; ``cuda``,
-    ``decoder``: the machine's GPU decode, as measured)."""
+    ``decoder``: the machine's GPU decode, as measured; ``files``: whether the file-level
+    cache applies to a dataset that opens its files itself, issue 40)."""
     out: list[dict[str, Any]] = []
     if bottleneck == "prep" and "prep" not in unknown:
         out.append(_lean(rates, base, probe, measured))
@@ -57,6 +61,10 @@ def remedies(
             )
         out.append(_gpu(cuda, decoder))
     if bottleneck == "fetch" and "fetch" not in unknown:
+        files = files or {}
+        if files.get("applies") is not None:
+            out.append(_file_cache(rates, base, files, measured))
+            return out
         local = replace(rates, latency_s=0.0, bandwidth=1e12)
         out.append(
             _row(
@@ -80,6 +88,29 @@ def _row(name: str, what: str, predicted: float | None, measured: float, **kw: A
         "predicted_speedup": round(predicted / measured, 2) if predicted and measured else None,
         **kw,
     }
+
+
+def _file_cache(
+    rates: Rates, base: Config, files: dict[str, Any], measured: float
+) -> dict[str, Any]:
+    """The node cache for a dataset that opens its files itself: every listed file kept on
+    the node from the second epoch, or why it cannot apply."""
+    what = (
+        "keep the files the dataset opens in the node cache (whole files, keyed by path and "
+        "versioned by size, mtime and inode): from the second epoch storage is no longer read"
+    )
+    if not files.get("applies"):
+        return {**_row("cache", what, None, measured), "not_applicable": files.get("why")}
+    full = predict(rates, replace(base, cache=1.0)).samples_per_s
+    return _row(
+        "cache",
+        what,
+        full,
+        measured,
+        applies='unstall run --config FILE, FILE holding {"kwargs": {"cache": 1.0}} or a '
+        "size (no edit of the script)",
+        config={"kwargs": {"cache": 1.0}},
+    )
 
 
 def _lean(

@@ -20,7 +20,7 @@ def max_cache_fraction(rates: Rates, num_samples: int, room_bytes: float | None)
     """The largest cache fraction ``room_bytes`` (the node's free shared memory and half its
     RAM, as measured) can hold."""
     dataset_bytes = rates.sample_bytes * num_samples
-    if rates.sample_bytes <= 1.0:  # plain dataset: sizes unknown, unstall's cache cannot bind
+    if rates.sample_bytes <= 1.0:  # sizes unknown (a dataset listing no files): no cache binds
         return 0.0
     if room_bytes is None:
         return 0.0
@@ -102,6 +102,26 @@ def per_worker_rate(rates: Rates, base: Config) -> float:
         1, base.batch_size
     )
     return 1.0 / per_sample if per_sample > 0 else 0.0
+
+
+def file_cache_advice(files: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
+    """What the recommendation's cache is for a dataset that opens its files itself (issue
+    40): its size in bytes of the files the dataset lists, or why no cache can apply to it.
+    ``files``: the measured facts (`unstall.analysis.measure.script.files`); empty or
+    ``applies`` None for unstall's own datasets (nothing to add)."""
+    if files.get("applies") is False:
+        return {"cache_not_applied": f"the node cache cannot apply: {files['why']}"}
+    fraction = rec["kwargs"].get("cache")
+    if not files.get("applies") or not fraction:
+        return {}
+    return {
+        "cache_bytes": int(fraction * files["bytes"]),
+        "cache_files": (
+            f"the node cache holds {fraction:g} of the {files['files']} files "
+            f"{files['where']} lists (whole files, read by the dataset's own open); "
+            "unstall run --config FILE applies it, the script unedited"
+        ),
+    }
 
 
 def _why_unchanged(unknown: dict[str, str]) -> str:

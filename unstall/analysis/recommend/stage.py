@@ -8,7 +8,7 @@ from typing import Any
 
 from unstall.analysis.model.stage import Analysis
 from unstall.analysis.recommend.remedies import remedies
-from unstall.analysis.recommend.search import recommend
+from unstall.analysis.recommend.search import file_cache_advice, recommend
 
 
 @dataclass
@@ -29,15 +29,17 @@ class Advice:
 def advise(a: Analysis) -> Advice:
     """The recommendation and the remedies for ``a``."""
     d, m = a.derived, a.measurement
+    files = d.extra.get("file_cache") or {}
     rec = recommend(
         d.rates,
         a.base_config,
-        m.num_samples,
+        files["files"] if files.get("applies") else m.num_samples,
         d.measured,
         cache_room_bytes=m.machine.cache_room_bytes,
         unknown=d.unknown,
         shared=d.shared,
     )
+    rec.update(file_cache_advice(files, rec))
     fixes = remedies(
         d.rates,
         a.base_config,
@@ -47,5 +49,6 @@ def advise(a: Analysis) -> Advice:
         unknown=d.unknown,
         cuda=m.machine.cuda,
         decoder=m.machine.gpu_decoder,
+        files=files,
     )
     return Advice(a, rec, fixes)

@@ -18,6 +18,7 @@ SCRIPT_KEYS = (
     "pin_memory",
     "window",
     "ingestion_rate_alone",
+    "file_cache",
 )
 
 

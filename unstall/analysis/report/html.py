@@ -155,12 +155,15 @@ def _recommendation(report: dict[str, Any]) -> str:
             f"{rec['predicted_samples_per_s']:,.0f} samples/s ({rec['predicted_speedup']}x). "
             "Apply it: <code>unstall run --config recommendation.json -- python train.py</code></p>"
         )
+    for key in ("cache_files", "cache_not_applied"):  # issue 40: a dataset's own files
+        if rec.get(key):
+            text += f"<p>Cache: {e(rec[key])}</p>"
     items = []
     for r in report.get("remedies", []):
         gain = (
             f"predicted {r['predicted_samples_per_s']:,.0f} samples/s ({r['predicted_speedup']}x)"
             if r.get("predicted_samples_per_s") is not None
-            else e(r.get("not_measured", "not measured"))
+            else e(r.get("not_measured") or r.get("not_applicable") or "not measured")
         )
         items.append(f"<li><b>{e(r['remedy'])}</b>: {e(r['what'])}: {gain}</li>")
     if items:

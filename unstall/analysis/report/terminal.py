@@ -51,11 +51,14 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
         )
     else:
         console.print(f"Recommendation: keep the loader as it is: {rec['why_unchanged']}")
+    for key in ("cache_files", "cache_not_applied"):  # issue 40: a dataset's own files
+        if rec.get(key):
+            console.print(escape(f"  cache: {rec[key]}"))
     for r in report.get("remedies", []):
         gain = (
             f"predicted {r['predicted_samples_per_s']:,.0f} samples/s ({r['predicted_speedup']}x)"
             if r["predicted_samples_per_s"] is not None
-            else r.get("not_measured", "not measured")
+            else r.get("not_measured") or r.get("not_applicable") or "not measured"
         )
         console.print(escape(f"  remedy [{r['remedy']}]: {r['what']}: {gain}"))
     if len(report.get("loaders") or []) > 1:

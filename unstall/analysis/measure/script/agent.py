@@ -15,7 +15,8 @@ output folder), so no rank is left waiting in a collective.
 
 Modes: ``synthetic`` (each loader hands out its first batch again and again, as
 many times per epoch as it has batches), ``cold`` (the first batches' files
-evicted from the page cache first, when the dataset names its files) and
+evicted from the page cache first, when the dataset names its files: unstall's datasets
+through their store, a dataset that opens the files it lists all of them) and
 ``cached`` (run right after the cold one: the page cache holds what it read).
 """
 
@@ -32,6 +33,7 @@ from typing import Any
 
 from unstall.analysis.measure.procstat import snapshot, workers_cpu
 from unstall.analysis.measure.script import hang
+from unstall.analysis.measure.script.files import evict_listed, file_cache_facts, prefill
 from unstall.analysis.measure.script.lean import job_files, lean_probe
 from unstall.analysis.measure.steady import (
     Handout,
@@ -83,6 +85,7 @@ class Agent:
         self._stop_file = os.path.join(out, f"stop-{mode}.json")
         self._fetching = False  # the synthetic run taking its one real batch
         self.evicted = False  # the cold run dropped some files from the page cache
+        self.prefilled: dict[str, Any] | None = None  # the verification's file cache, filled
 
     # hooks.Observer ------------------------------------------------------------
     def created(self, loader: Any) -> None:
@@ -93,6 +96,10 @@ class Agent:
         batches = self.warmup + 4 * (watch.burst + self.min_steps)
         if self.mode == "cold" and _evict_first(loader, batches):
             self.evicted = True
+        elif self.mode == "cold" and evict_listed(getattr(loader, "dataset", None)):
+            self.evicted = True  # a dataset that opens the files it lists (issue 40)
+        if self.mode == "cold":  # under a cache setting (the verification): as epoch 2 finds it
+            self.prefilled = prefill(loader) or self.prefilled
 
     def batch(self, loader: Any, wait_s: float, samples: int | None = None) -> None:
         watch = self.watches.get(id(loader))
@@ -206,6 +213,8 @@ class Agent:
             "dataset": type(getattr(loader, "dataset", None)).__name__,
             "files": files,
             "lean_probe": lean_probe(loader.dataset, files) if self.mode == "cold" else None,
+            "file_cache": file_cache_facts(loader.dataset) if self.mode == "cold" else None,
+            "prefilled": self.prefilled,
             "timeline": [s for s in timeline if window.covers(s[1])],
             "stats": {k: v for k, v in stats.items() if k != "per_epoch"},
             "loaders": [_summary(w, w is watch) for w in self.watches.values()],

@@ -171,6 +171,7 @@ def measurement_of(
             "loaders": cold.get("loaders", []),
             "measured_loader": cold.get("loader", 0),
             "lean_probe": cold.get("lean_probe"),
+            "file_cache": cold.get("file_cache"),
             "pin_memory": cold.get("pin_memory", False),
             "window": {mode: len(doc["steps"]) for mode, doc in docs.items()},
         },

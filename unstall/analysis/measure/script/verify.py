@@ -30,7 +30,9 @@ def verify_recommendation(
     between the runs is not taken for a wrong recommendation, nor the reverse.
     """
     rec = recommendation
+    _last.clear()
     measured = _rate_under(command, window, rec["kwargs"])
+    cache = dict(_last)  # the file cache's figures in that run, when it had one
     control = None
     if rec["changed"] and measured < (1 - SPREAD) * before:
         control = _rate_under(command, window, None)
@@ -44,6 +46,7 @@ def verify_recommendation(
         **({"control_samples_per_s": control} if control is not None else {}),
         "error": round(abs(predicted - measured) / measured, 4) if measured else None,
         "verdict": _verdict(rec["changed"], measured, before, control),
+        **({"cache": cache} if cache else {}),
     }
 
 
@@ -51,8 +54,16 @@ def verify_recommendation(
 SPREAD = 0.08
 
 
+#: The last run's file-cache figures (`_rate_under`), for the verification's report.
+_last: dict[str, Any] = {}
+
+
 def _rate_under(command: Sequence[str], window: dict[str, Any], kwargs: Any) -> float:
-    """Samples/s of one cold run, under ``kwargs`` (``None``: the job's own settings)."""
+    """Samples/s of one cold run, under ``kwargs`` (``None``: the job's own settings).
+
+    A dataset that opens its files itself finds the node cache filled before timing, as
+    the first epoch leaves it (`unstall.analysis.measure.script.files.prefill`): the window
+    is the steady state the recommendation was priced for."""
     path = None
     if kwargs is not None:
         fd, path = tempfile.mkstemp(prefix="unstall-rec-", suffix=".json")
@@ -63,7 +74,11 @@ def _rate_under(command: Sequence[str], window: dict[str, Any], kwargs: Any) -> 
     finally:
         if path is not None:
             os.unlink(path)
-    return round(run_of("cold", docs[0]).samples_per_s, 1)
+    doc = docs[0]
+    figures = (doc.get("stats") or {}).get("cache") or {}
+    if doc.get("prefilled") or figures.get("level") == "file":
+        _last.update(prefilled=doc.get("prefilled"), stats=figures)
+    return round(run_of("cold", doc).samples_per_s, 1)
 
 
 def _verdict(changed: bool, measured: float, before: float, control: float | None) -> str:
