@@ -19,7 +19,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from unstall.loader.handoff.slots import slot_dir
+from unstall.loader.handoff.slots import process_alive, slot_dir
 
 #: Every share file's name starts with this.
 SHARE_PREFIX = "unstall_autotune"
@@ -91,7 +91,7 @@ class NodeShare:
                 doc = json.loads(raw) if raw else {}
             except ValueError:
                 doc = {}
-            doc = {k: v for k, v in doc.items() if _alive(int(k))}
+            doc = {k: v for k, v in doc.items() if process_alive(int(k))}
             yield doc
             if doc:
                 data = json.dumps(doc).encode()
@@ -102,13 +102,3 @@ class NodeShare:
                     os.unlink(path)
         finally:
             os.close(fd)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -292,13 +292,14 @@ def _sweep_dead_owners() -> None:
         return
     for name in names:
         m = _OWNER.match(name)
-        if m is None or m.group(1) != uid or _alive(int(m.group(2))):
+        if m is None or m.group(1) != uid or process_alive(int(m.group(2))):
             continue
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(slot_dir(), name))
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
