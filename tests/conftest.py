@@ -15,8 +15,8 @@ import torch
 #: ``pytest -n 2 -m "not serial" && pytest -m serial``.
 SERIAL = (
     "tests/analysis/",
-    "tests/bench/",
-    "tests/launch/",
+    "tests/bench/test_harness.py",
+    "tests/bench/test_filecache.py",
     "tests/models/test_simulated.py",
     "tests/cache/test_bench.py",
     "tests/cache/test_lookup_cost.py",
