@@ -320,6 +320,19 @@ def _distributed(res: dict) -> list[Row]:
     ]
 
 
+def _filecache(res: dict) -> list[Row]:
+    return [
+        (
+            "filecache",
+            "your own Dataset (paths + open), slow storage, epoch 2, cache of half the files",
+            "torch DataLoader",
+            _rate(get(res, "baseline.samples_per_s")),
+            _rate(get(res, "unstall.samples_per_s")),
+            _ratio(res.get("ratio")),
+        )
+    ]
+
+
 HEADLINE: dict[str, Extract] = {
     "overhead": _overhead,
     "local": _local,
@@ -329,6 +342,7 @@ HEADLINE: dict[str, Extract] = {
     "hpsearch": _hpsearch,
     "shards": _shards,
     "distributed": _distributed,
+    "filecache": _filecache,
 }
 
 
@@ -338,7 +352,7 @@ def headline(runs: dict[str, dict]) -> str:
         if name in runs:
             rows += extract(runs[name]["result"])
     dates = sorted({r["date"] for r in runs.values()})
-    machines = sorted({r["machine"] for r in runs.values()})
+    machines = sorted({runs[n]["machine"] for n in HEADLINE if n in runs})
     head = ["bench", "what is compared", "against", "their figure", "unstall", "ratio"]
     out = [
         table(head, [list(r) for r in rows]),
