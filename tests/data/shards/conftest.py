@@ -32,3 +32,12 @@ def upload(seaweed: SeaweedServer) -> Callable[[str, list[Path]], str]:
         return f"s3://{BUCKET}/{prefix}"
 
     return put
+
+
+@pytest.fixture
+def s3_tars(tmp_path: Path, upload: Callable[[str, list[Path]], str], seaweed: SeaweedServer):
+    """``(url, local paths, store options)`` of the helpers' tar shards, uploaded for this test."""
+    from tests.data.shards.helpers import make_tars
+
+    paths = make_tars(tmp_path / "shards")
+    return upload(f"tars-{tmp_path.name}", paths), paths, seaweed.store_options()

@@ -25,13 +25,6 @@ from unstall.testing import DelayProxy
 N = SHARDS * PER_SHARD
 
 
-@pytest.fixture
-def s3_tars(tmp_path, upload, seaweed):
-    paths = make_tars(tmp_path / "shards")
-    url = upload(f"index-{tmp_path.name}", paths)
-    return url, paths, seaweed.store_options()
-
-
 def shard_gets(proxy: DelayProxy) -> collections.Counter:
     """GETs per object name (the last path component) the proxy saw."""
     out: collections.Counter = collections.Counter()

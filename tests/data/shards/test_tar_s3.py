@@ -13,7 +13,6 @@ from tests.data.shards.helpers import (
     SHARDS,
     epoch_ids,
     ids_collate,
-    make_tars,
     sample_bytes,
     write_tar,
 )
@@ -21,13 +20,6 @@ from unstall.data.shards import ShardFormatError, TarShards
 from unstall.errors import SampleError
 
 N = SHARDS * PER_SHARD
-
-
-@pytest.fixture
-def s3_tars(tmp_path, upload, seaweed):
-    paths = make_tars(tmp_path / "shards")
-    url = upload(f"tars-{tmp_path.name}", paths)
-    return url, paths, seaweed.store_options()
 
 
 def _loader(ds, **kw):
