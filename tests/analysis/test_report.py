@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from PIL import Image
 
 from tests.analysis.conftest import make_workload, write_files
+from tests.browser import CHROMIUM, NOT_INSTALLED, chromium_flags
 from unstall.analysis import analyze_workload, report_of
 from unstall.analysis.report.html import TITLES
 
@@ -76,23 +76,10 @@ def test_html_and_pngs(report):
     assert report["summary"] in page
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+@pytest.mark.skipif(CHROMIUM is None, reason=NOT_INSTALLED)
 def test_renders_in_headless_chromium(report, tmp_path):
     html = Path(report["html"])
-    flags = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={tmp_path / 'profile'}",
-    ]
+    flags = chromium_flags(tmp_path)
     shot = tmp_path / "shot.png"
     subprocess.run(
         [*flags, f"--screenshot={shot}", "--window-size=1280,2400", html.as_uri()],

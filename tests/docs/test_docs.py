@@ -9,7 +9,6 @@ import http.server
 import importlib.util
 import json
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -20,13 +19,13 @@ import pytest
 from PIL import Image
 
 import unstall
+from tests.browser import CHROMIUM, NOT_INSTALLED, chromium_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 REPORT_PNG = DOCS / "analyze-report.png"
 HAS_MKDOCS = all(importlib.util.find_spec(m) for m in ("mkdocs", "material", "mkdocstrings"))
 needs_mkdocs = pytest.mark.skipif(not HAS_MKDOCS, reason="mkdocs is not installed ([docs] extra)")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 #: the report's plot colours (unstall.analysis.html.COLORS): compute blue, prep orange
 PLOT_RGB = {"compute": (0x4C, 0x72, 0xB0), "prep": (0xDD, 0x84, 0x52)}
 
@@ -121,7 +120,7 @@ def test_report_picture_is_not_blank_and_its_run_is_kept():
     assert run["report"]["bottleneck"] in ("compute", "prep", "fetch")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+@pytest.mark.skipif(CHROMIUM is None, reason=NOT_INSTALLED)
 @needs_mkdocs
 @pytest.mark.parametrize("page", ["", "guide/analyze/"])
 def test_pages_render_in_headless_chromium_with_the_report_picture(site, page, tmp_path):
@@ -129,7 +128,7 @@ def test_pages_render_in_headless_chromium_with_the_report_picture(site, page, t
     shot = tmp_path / "shot.png"
     subprocess.run(
         [
-            *_chromium_flags(tmp_path),
+            *chromium_flags(tmp_path, "--hide-scrollbars"),
             f"--screenshot={shot}",
             "--window-size=1280,2200",
             "--virtual-time-budget=5000",
@@ -176,21 +175,6 @@ def _serve(root: Path) -> tuple[list[tuple[str, int]], str]:
     )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return served, f"http://127.0.0.1:{server.server_address[1]}/"
-
-
-def _chromium_flags(tmp_path: Path) -> list[str]:
-    return [
-        str(CHROMIUM),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--hide-scrollbars",
-        f"--user-data-dir={tmp_path / 'profile'}",
-    ]
 
 
 def _squash(text: str) -> str:
