@@ -351,7 +351,7 @@ def headline(runs: dict[str, dict]) -> str:
     for name, extract in HEADLINE.items():
         if name in runs:
             rows += extract(runs[name]["result"])
-    dates = sorted({r["date"] for r in runs.values()})
+    dates = sorted({runs[n]["date"] for n in HEADLINE if n in runs})
     machines = sorted({runs[n]["machine"] for n in HEADLINE if n in runs})
     head = ["bench", "what is compared", "against", "their figure", "unstall", "ratio"]
     out = [
@@ -367,21 +367,34 @@ def headline(runs: dict[str, dict]) -> str:
 
 
 def load_runs(bench: Path = BENCH) -> dict[str, dict]:
+    """Runs by file stem: ``NAME.json``, or ``NAME-VARIANT.json`` for more runs of one bench
+    (``train-resnet18.json``, ``train-resnet50.json``: one table file with a section each)."""
     runs = {}
     for path in sorted(bench.glob("*.json")):
         run = json.loads(path.read_text())
         for key in ("benchmark", "date", "machine", "result"):
             if key not in run:
                 raise SystemExit(f"{path}: no {key!r} (make it with --wrap)")
-        runs[run["benchmark"]] = run
+        if path.stem != run["benchmark"] and not path.stem.startswith(run["benchmark"] + "-"):
+            raise SystemExit(f"{path}: bench {run['benchmark']!r} belongs in a file named so")
+        runs[path.stem] = run
     return runs
 
 
 def outputs(runs: dict[str, dict], readme: str) -> dict[Path, str]:
     """Every file this script writes, with its content."""
-    files = {TABLES / f"{name}.md": bench_table(run) for name, run in runs.items()}
+    by_bench: dict[str, list[str]] = {}
+    for stem in sorted(runs):
+        by_bench.setdefault(runs[stem]["benchmark"], []).append(stem)
+    files = {}
+    for name, stems in by_bench.items():
+        if stems == [name]:
+            files[TABLES / f"{name}.md"] = bench_table(runs[name])
+        else:
+            parts = [f"**{stem.split('-', 1)[-1]}**\n\n{bench_table(runs[stem])}" for stem in stems]
+            files[TABLES / f"{name}.md"] = "\n".join(parts)
     for name in BENCHES:
-        if name not in runs:
+        if name not in by_bench:
             files[TABLES / f"{name}.md"] = (
                 f"*No run of `unstall bench {name}` is committed yet "
                 f"(`docs/bench/{name}.json`): no figures.*\n"
@@ -395,8 +408,16 @@ def outputs(runs: dict[str, dict], readme: str) -> dict[Path, str]:
     return files
 
 
-def wrap(name: str, src: Path, machine: str, date: str | None) -> Path:
-    """Store a bench's ``--json`` output as ``docs/bench/NAME.json`` with date and machine."""
+def wrap(
+    name: str,
+    src: Path,
+    machine: str,
+    date: str | None,
+    variant: str | None = None,
+    full: bool = False,
+) -> Path:
+    """Store a bench's ``--json`` output as ``docs/bench/NAME[-VARIANT].json`` with date and
+    machine."""
     result = json.loads(src.read_text())
     if result.get("benchmark") not in (None, name):
         raise SystemExit(f"{src} is bench {result['benchmark']!r}, not {name!r}")
@@ -405,11 +426,13 @@ def wrap(name: str, src: Path, machine: str, date: str | None) -> Path:
         "date": date or datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
         "machine": machine,
         "command": f"unstall bench {name} --quick --json FILE"
-        if result.get("quick", True)
+        if result.get("quick", not full)
         else f"unstall bench {name} --json FILE",
         "result": result,
     }
-    out = BENCH / f"{name}.json"
+    if variant:
+        run["command"] = run["command"].replace(" --json", f" --model {variant} --json")
+    out = BENCH / (f"{name}-{variant}.json" if variant else f"{name}.json")
     out.write_text(json.dumps(run, indent=1) + "\n")
     return out
 
@@ -420,9 +443,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wrap", nargs=2, metavar=("NAME", "FILE"), help="store a bench's JSON")
     p.add_argument("--machine", default="2-core shared CI-class VM, loaded")
     p.add_argument("--date", help="the run's date (default today, UTC)")
+    p.add_argument("--variant", help="one of several runs of a bench (bench train: the model)")
+    p.add_argument("--full", action="store_true", help="the run was not --quick")
     args = p.parse_args(argv)
     if args.wrap:
-        print(wrap(args.wrap[0], Path(args.wrap[1]), args.machine, args.date))
+        name, src = args.wrap[0], Path(args.wrap[1])
+        print(wrap(name, src, args.machine, args.date, args.variant, args.full))
     files = outputs(load_runs(), README.read_text())
     stale = [path for path, text in files.items() if not path.exists() or path.read_text() != text]
     if args.check:

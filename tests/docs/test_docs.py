@@ -84,9 +84,37 @@ def test_bench_tables_are_generated_from_the_json():
     runs = gen.load_runs()
     assert runs, "no docs/bench/*.json"
     for name, run in runs.items():
-        assert run["date"] and run["machine"] and run["result"].get("benchmark") == name
+        bench = run["benchmark"]
+        assert name == bench or name.startswith(f"{bench}-"), name
+        assert run["date"] and run["machine"] and run["result"].get("benchmark") == bench
     readme = (ROOT / "README.md").read_text()
     assert gen.START in readme and gen.headline(runs) in readme
+
+
+def test_the_readmes_gpu_figures_are_the_committed_runs():
+    """The README's H100 sentence quotes `docs/bench/train-*.json`, rounded as written."""
+    runs = _load_gen_tables().load_runs()
+    readme = (ROOT / "README.md").read_text()
+    said = readme[readme.index("On a GPU (") :].split("\n\n")[0]
+    share = {
+        (model, variant): round(figures["fraction_of_G"], 2)
+        for model in ("resnet18", "resnet50")
+        for variant, figures in runs[f"train-{model}"]["result"]["variants"].items()
+    }
+    quoted = [
+        ("resnet50", "unstall cpu-lean"),
+        ("resnet50", "torch"),
+        ("resnet50", "DALI (own pipeline)"),
+        ("resnet18", "unstall hybrid"),
+        ("resnet18", "unstall gpu-prep"),
+        ("resnet18", "DALI (own pipeline)"),
+        ("resnet18", "torch"),
+    ]
+    for key in quoted:
+        assert f"{share[key]:.2f}" in said, (key, share[key])
+    r18 = runs["train-resnet18"]["result"]
+    assert f"{r18['ratio']:.1f}x torch" in said
+    assert f"{round(r18['G_samples_per_s'], -2):,.0f}" in said
 
 
 def test_pages_include_generated_tables_not_typed_figures():

@@ -92,6 +92,23 @@ def test_every_sample_once_with_the_cpu_paths_crops(jpeg_dir, monkeypatch, engin
         assert plan["mode"] == "gpu" and plan["cpu_samples"] == 0
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_loop_left_early_leaves_no_batch_in_the_engine(jpeg_dir, monkeypatch, engine):
+    """The stage feeds the engine the next batch before taking this one (DALI has two in
+    flight): a loop left after one batch must not leave the fed batch's images to be handed
+    out in the next epoch. Epoch 1 after a broken epoch 0 equals a fresh loader's epoch 1."""
+    monkeypatch.setenv(ENGINE_ENV, engine)
+    want = loader(jpeg_dir, "gpu")
+    list(want)
+    want = list(want)  # epoch 1 of an undisturbed loader
+    broken = loader(jpeg_dir, "gpu")
+    for _batch in broken:
+        break  # the next batch was already fed to the engine
+    got = list(broken)  # epoch 1: its own order and crops, no leftover images
+    assert_same_samples(got, want, 1e-6)
+    assert sorted(torch.cat([y for _, y in got]).tolist()) == list(range(N))
+
+
 class SampleIds:
     """A hybrid loader seen through its labels (sample ids), for the shared resume helper."""
 

@@ -45,3 +45,23 @@ def test_fetch_and_prep_are_timed_apart_for_split_datasets(tmp_path):
     s = loader.stats()
     assert s["fetch"]["count"] == 2 and s["fetch"]["total_s"] > 0
     assert s["prep"]["total_s"] >= 8 * 0.003 * 0.9
+
+
+def test_worker_timings_survive_torchs_pin_memory_thread():
+    """On a CUDA machine with ``pin_memory=True`` torch's pin thread rebuilds every tuple it
+    is handed: the task timing must come through with its span (the analyzer's timeline),
+    as first seen on an H100 where `unstall analyze` found no worker timings."""
+    import pickle
+
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    from unstall.loader.fetch import Timing
+
+    timing = Timing.of(time.perf_counter() - 0.01, time.perf_counter(), time.thread_time(), 4)
+    timing = pickle.loads(pickle.dumps(timing))  # as it crosses the worker's result queue
+    pinned = pin_memory(([7, 8], timing))  # the (batch, timing) pair a worker hands back
+    batch, out = pinned
+    assert batch == [7, 8] and out is timing
+    fetch_s, prep_s = out
+    assert fetch_s >= 0.009 and prep_s >= 0
+    assert out.span[0] == -1 and out.span[5] == 4 and len(out.span) == 7

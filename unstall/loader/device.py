@@ -7,11 +7,14 @@ float, channels_last) runs on the same side stream; the step's stream waits for
 that work only when the batch is handed out. ``device="cpu"`` runs the same
 code (the "copy" is a real copy, so slot memory is never handed out), which is
 how CI tests it. A GPU ``prep`` (decode + augment) runs in one helper thread,
-one batch ahead, so its host-side work overlaps the step too.
+one batch ahead, so its host-side work overlaps the step too. A prep with
+``submit``/``finish`` (the GPU stage's `HybridPrep`) is fed the next batch before the
+current one is taken from it, so its engine (DALI) has two batches in flight.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -105,6 +108,15 @@ class NormalizeImages:
         )
 
 
+class _Started:
+    """A batch fed to a split prep (its ``submit`` ran or is queued); `finish` takes it."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: Future[Any]):
+        self.future = future
+
+
 class DeviceStage:
     """Moves host batches to ``device`` one ahead, holding each until its copy is done.
 
@@ -112,6 +124,9 @@ class DeviceStage:
     handle; ``finish(handle)`` returns the device batch, ready for the current
     stream. The host batch is referenced until the copy from it has completed, so
     its zero-copy slot (freed when nothing references it) is never reused early.
+    Handles are finished in the order submitted (the loader's iterator does so); a
+    split prep's batches fed but never taken are taken and dropped at `close`, so its
+    engine never hands a later epoch an earlier batch's images.
     """
 
     def __init__(
@@ -130,13 +145,23 @@ class DeviceStage:
         self.stream = torch.cuda.Stream(device) if self.cuda else None
         self._copying: deque[tuple[Any, Any]] = deque()  # (copy event, host batch)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="unstall-prep") if prep else None
+        split = prep is not None and hasattr(prep, "submit") and hasattr(prep, "finish")
+        self._split = split  # feed the engine at submit, take its output at finish
+        self._fed: deque[_Started] = deque()  # split batches fed, not yet finished
 
     def submit(self, batch: Any) -> Any:
-        if self._pool is not None:
-            return self._pool.submit(self._run, batch)
-        return self._run(batch)
+        if self._pool is None:
+            return self._run(batch)
+        if self._split:
+            started = _Started(self._pool.submit(self._feed, batch))
+            self._fed.append(started)
+            return started
+        return self._pool.submit(self._run, batch)
 
     def finish(self, handle: Any) -> Any:
+        if isinstance(handle, _Started):  # after the next batch was fed (one thread, in order)
+            self._fed.remove(handle)
+            handle = self._pool.submit(self._take, handle.future)  # type: ignore[union-attr]
         out, event = handle.result() if isinstance(handle, Future) else handle
         if event is not None:
             torch.cuda.current_stream(self.device).wait_event(event)
@@ -145,7 +170,12 @@ class DeviceStage:
         return out
 
     def close(self) -> None:
-        """Wait for copies in flight, drop their host batches; stop the prep thread."""
+        """Take fed batches back from a split prep, wait for copies in flight, drop their host
+        batches; stop the prep thread."""
+        while self._fed and self._pool is not None:
+            fed = self._fed.popleft()
+            with contextlib.suppress(Exception):  # a batch that failed is as good as taken
+                self._pool.submit(self._take, fed.future).result()
         while self._copying:
             self._copying.popleft()[0].synchronize()
         if self._pool is not None:
@@ -170,12 +200,41 @@ class DeviceStage:
                 out = self.prep(batch, self.device)
             else:
                 out = _to(_pinned(batch), self.device, False)
-            copied = torch.cuda.Event()
-            copied.record(self.stream)
-            if self.transform is not None:
-                out = self.transform(out)
-            done = torch.cuda.Event()
-            done.record(self.stream)
+            return self._after(out, batch)
+
+    def _feed(self, batch: Any) -> tuple[Any, Any, float, float]:
+        """A split prep's first half on the prep thread: ``(its handle, batch, wall, CPU)``."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        if self.cuda:
+            with torch.cuda.stream(self.stream):
+                handle = self.prep.submit(batch, self.device)  # type: ignore[union-attr]
+        else:
+            handle = self.prep.submit(batch, self.device)  # type: ignore[union-attr]
+        return handle, batch, time.perf_counter() - t0, time.thread_time() - c0
+
+    def _take(self, fed: Future[Any]) -> tuple[Any, Any]:
+        """A split prep's second half: the fed batch's output, on the device."""
+        handle, batch, wall, cpu = fed.result()
+        t0, c0 = time.perf_counter(), time.thread_time()
+        if self.cuda:
+            with torch.cuda.stream(self.stream):
+                out = self._after(self.prep.finish(handle), batch)  # type: ignore[union-attr]
+        else:
+            out = self.prep.finish(handle)  # type: ignore[union-attr]
+            del batch
+            out = ((self.transform(out) if self.transform else out), None)
+        if self.timed is not None:
+            self.timed(wall + time.perf_counter() - t0, cpu + time.thread_time() - c0)
+        return out
+
+    def _after(self, out: Any, batch: Any) -> tuple[Any, Any]:
+        """On the side stream: mark the copy, run the transform, mark the batch done."""
+        copied = torch.cuda.Event()
+        copied.record(self.stream)
+        if self.transform is not None:
+            out = self.transform(out)
+        done = torch.cuda.Event()
+        done.record(self.stream)
         self._copying.append((copied, batch))
         return out, done
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch.utils.data
@@ -51,7 +51,7 @@ class FetchLayer(Protocol):
     def prefetch(self, dataset: SplitDataset, indices: Sequence[int]) -> None: ...
 
 
-class Timing(tuple):
+class Timing:
     """A task's ``(fetch_s, prep_s)``, plus ``span`` for the analyzer's timeline (issue 17).
 
     ``span``: ``(worker id, start, fetch end, end, prepare CPU seconds, samples, run-queue
@@ -59,19 +59,35 @@ class Timing(tuple):
     processes); the CPU seconds are the worker thread's while preparing (while loading,
     for a dataset that does not separate fetching from preparing); the run-queue seconds
     are the task's whole time runnable but waiting for a core (`schedclock`). Unpacks as
-    the plain 2-tuple it was.
+    the plain 2-tuple it was. Not a tuple itself: torch's pin-memory thread rebuilds every
+    tuple and sequence it is handed (``pin_memory=True`` on a CUDA machine), which would
+    drop ``span`` and leave the analyzer without worker timings; other objects it passes
+    through as they are.
     """
 
-    span: tuple[int, float, float, float, float, int, float]
+    __slots__ = ("fetch_s", "prep_s", "span")
+
+    def __init__(
+        self,
+        fetch_s: float,
+        prep_s: float,
+        span: tuple[int, float, float, float, float, int, float] | None = None,
+    ):
+        self.fetch_s, self.prep_s, self.span = fetch_s, prep_s, span
+
+    def __iter__(self) -> Iterator[float]:
+        return iter((self.fetch_s, self.prep_s))
+
+    def __repr__(self) -> str:
+        return f"Timing(fetch_s={self.fetch_s!r}, prep_s={self.prep_s!r}, span={self.span!r})"
 
     @staticmethod
     def of(t0: float, t1: float, c0: float, n: int, q0: float = -1.0) -> Timing:
         t2, cpu = time.perf_counter(), time.thread_time() - c0
         runq = max(0.0, runq_s() - q0) if q0 >= 0 else 0.0
         info = torch.utils.data.get_worker_info()
-        timing = Timing((t1 - t0, t2 - t1))
-        timing.span = (-1 if info is None else info.id, t0, t1, t2, cpu, n, runq)
-        return timing
+        span = (-1 if info is None else info.id, t0, t1, t2, cpu, n, runq)
+        return Timing(t1 - t0, t2 - t1, span)
 
 
 class BatchTask(torch.utils.data.Dataset):
