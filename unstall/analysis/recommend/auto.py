@@ -285,7 +285,7 @@ def auto_row(
     # job as measured, as for any recommendation
     current = predict(rates, base).samples_per_s
     close = predicted >= (1 - MARGIN) * max(fixed, current)
-    recommended = bool(reasons) and close and predicted >= measured
+    recommended = bool(reasons) and close and round(predicted, 1) >= round(measured, 1)
     if recommended:
         why = f"within {MARGIN:.0%} of the best fixed setting, which is fragile: " + "; ".join(
             reasons
