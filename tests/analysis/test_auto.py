@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.analysis.conftest import analyze_here, run_analyze
+from tests.analysis.conftest import run_analyze
 from unstall.analysis.model.predict import Config, predict
 from unstall.analysis.rates.result import Rates
 from unstall.analysis.recommend.auto import (
@@ -164,11 +165,15 @@ def test_oversubscribed_script_gets_auto_priced_applied_and_verified(tmp_path):
     config = tmp_path / "html" / "recommendation.json"
     assert json.loads(config.read_text())["kwargs"] == {"num_workers": "auto"}
     # verified: run under the file's settings, the tuner's walk reported; the price promises
-    # at most 15 % more than the re-run gives (as tests/analysis/test_imagenet_example.py)
+    # at most 15 % more than the re-run gives (as tests/analysis/test_imagenet_example.py),
+    # on the machine as the price was made: where the re-run looked slower, the job as it
+    # is ran again right after it, and the drift between the two runs of the job as it is
+    # (other jobs on this 2-core machine) scales the price
     v = report["verified"]
     assert v["kwargs"] == {"num_workers": "auto"}
     assert v["autotune"]["path"][0] == min(2, CORES) and v["autotune"]["settled_on"] <= CORES
-    assert v["predicted_samples_per_s"] <= 1.15 * v["measured_samples_per_s"], v
+    drift = v.get("control_samples_per_s", v["before_samples_per_s"]) / v["before_samples_per_s"]
+    assert v["predicted_samples_per_s"] * drift <= 1.15 * v["measured_samples_per_s"], v
     assert "did not hold" not in v["verdict"], v
     # the page shows the row with its price
     page = (tmp_path / "html" / "index.html").read_text()
@@ -177,8 +182,9 @@ def test_oversubscribed_script_gets_auto_priced_applied_and_verified(tmp_path):
     # the same file applied by `unstall run --config`: the script's loader runs "auto"
     out = tmp_path / "run.json"
     short = [*command[:2], "--workers", str(workers), "--cpu-ms", "1", "--samples", "256"]
-    argv = ["run", "--json", str(out), "--config", str(config), "--", *short, "--epochs", "1"]
-    code, printed = analyze_here(tmp_path, argv)
-    assert code == 0, printed
+    run = [sys.executable, "-m", "unstall", "run", "--json", str(out), "--config", str(config)]
+    done = subprocess.run([*run, "--", *short, "--epochs", "1"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
     (loader,) = json.loads(out.read_text())["processes"][0]["loaders"]
+    # it asked for 4x the cores; "auto" started at min(2, cores), within the cores
     assert loader["samples"] == 256 and loader["num_workers"] == min(2, CORES), loader
