@@ -137,7 +137,7 @@ def settle(
         d = decide(w, budget, tune_workers=True, tune_prefetch=False, ceiling=ceiling)
         if d is None or d.workers == n:
             break
-        if d.workers in path and d.why != "the grow did not pay":
+        if d.workers in path:
             # the rule would go back to a count it left: it alternates between the two
             # (its budget moves with the rate); priced at the slower of them
             slower = min((n, d.workers), key=lambda k: predict(rates, at(k)).samples_per_s)
