@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -100,6 +101,35 @@ def test_renders_in_headless_chromium(report, tmp_path):
         assert title in dom
         tag = dom[dom.index(f'src="{name}.png"') :].split(">", 1)[0]
         assert 'data-ok="' in tag and 'data-ok="0"' not in tag, tag
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NOT_INSTALLED)
+def test_auto_row_is_priced_on_the_page(report, tmp_path):
+    """``num_workers="auto"`` is always a row with its price (issue 39), in the JSON, the
+    page, and the page as a browser builds it."""
+    (row,) = [r for r in report["remedies"] if r["remedy"] == "auto"]
+    assert row["config"] == {"kwargs": {"num_workers": "auto", **_cache(report)}}
+    assert row["predicted_samples_per_s"] > 0 and row["settles_on"] >= 1
+    assert row["settling"]["path"][0] == min(2, len(os.sched_getaffinity(0)))  # its start
+    state = "recommended" if row["recommended"] else "priced"
+    price = f"<td>{row['predicted_samples_per_s']:,.0f}</td>"
+    page = Path(report["html"]).read_text()
+    assert f"<tr data-remedy='auto' data-state='{state}'>" in page and price in page
+    dom = subprocess.run(
+        [*chromium_flags(tmp_path), "--dump-dom", Path(report["html"]).as_uri()],
+        check=True,
+        timeout=90,
+        capture_output=True,
+        text=True,
+    ).stdout
+    tag = f'<tr data-remedy="auto" data-state="{state}">'
+    assert tag in dom and price in dom[dom.index(tag) :], dom[-2000:]
+    assert f"settles on {row['settles_on']} workers" in dom
+
+
+def _cache(report: dict) -> dict:
+    cache = report["recommendation"].get("fixed", report["recommendation"])["kwargs"].get("cache")
+    return {"cache": cache} if cache else {}
 
 
 def test_timeline_tells_waiting_from_fetching(report):

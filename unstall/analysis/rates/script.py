@@ -131,9 +131,11 @@ def derive(runs: dict[str, WindowFigures], *, cores: int, workers: int) -> Scrip
     if 0 < cold.compute_rate < MODEL_SLOWED * g:
         # the model itself ran slower beside the loader (a model on the CPU shares the cores
         # with the workers, or other jobs took them): its rate in the job is what binds
+        # the figures as the report rounds them (to 0.01), so the note reads the same
+        beside, alone = round(cold.compute_rate, 2), round(g, 2)
         notes.append(
-            f"the model ran at {cold.compute_rate:,.0f} samples/s beside the loader against "
-            f"{g:,.0f}/s alone: it shares the CPU with the workers (or other jobs); the "
+            f"the model ran at {beside:,.0f} samples/s beside the loader against "
+            f"{alone:,.0f}/s alone: it shares the CPU with the workers (or other jobs); the "
             "analysis uses its rate in the job"
         )
         g = cold.compute_rate

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from unstall.analysis.model.stage import Analysis
+from unstall.analysis.recommend.auto import auto_row, with_auto
 from unstall.analysis.recommend.remedies import remedies
 from unstall.analysis.recommend.search import file_cache_advice, recommend
 
@@ -17,8 +18,10 @@ class Advice:
 
     Attributes:
         analysis: the model stage's result.
-        recommendation: `unstall.DataLoader` arguments and what they are predicted to give.
-        remedies: unstall's remedies for this bottleneck, each priced or said unmeasured.
+        recommendation: `unstall.DataLoader` arguments and what they are predicted to give
+            (``num_workers="auto"`` where the ``auto`` row recommends it).
+        remedies: unstall's remedies for this bottleneck, each priced or said unmeasured,
+            and the ``auto`` row, always.
     """
 
     analysis: Analysis
@@ -27,7 +30,9 @@ class Advice:
 
 
 def advise(a: Analysis) -> Advice:
-    """The recommendation and the remedies for ``a``."""
+    """The recommendation and the remedies for ``a``; ``num_workers="auto"`` priced beside
+    the best fixed setting, and recommended instead of it where a fixed count is fragile
+    (`unstall.analysis.recommend.auto`)."""
     d, m = a.derived, a.measurement
     files = d.extra.get("file_cache") or {}
     rec = recommend(
@@ -51,4 +56,21 @@ def advise(a: Analysis) -> Advice:
         decoder=m.machine.gpu_decoder,
         files=files,
     )
+    over = d.extra.get("oversubscription") or {}
+    auto = auto_row(
+        d.rates,
+        a.base_config,
+        rec,
+        measured=d.measured,
+        horizon_s=m.runs["cold"].wall_s,
+        node_cores=m.cores,
+        unknown=d.unknown,
+        prefetch=int((m.docs.get("cold") or {}).get("prefetch_factor") or 2),
+        ranks=max(1, len(m.ranks)),
+        others=float(over.get("cores_used_by_others") or 0.0),
+        oversubscription=over or None,
+    )
+    fixes.append(auto)
+    if auto["recommended"]:
+        rec = with_auto(rec, auto, rec["predicted_current_samples_per_s"])
     return Advice(a, rec, fixes)

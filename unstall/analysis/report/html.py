@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from unstall.analysis.report.terminal import auto_text
 from unstall.analysis.report.timeline import LOOP, lane_order, lanes, write_trace
 
 COLORS = {
@@ -158,8 +159,26 @@ def _recommendation(report: dict[str, Any]) -> str:
     for key in ("cache_files", "cache_not_applied"):  # issue 40: a dataset's own files
         if rec.get(key):
             text += f"<p>Cache: {e(rec[key])}</p>"
+    if rec.get("fixed"):  # num_workers="auto" recommended: the fixed setting it stands for
+        f = rec["fixed"]
+        text += (
+            f"<p>Instead of the best fixed setting <code>{e(json.dumps(f['kwargs']))}</code> "
+            f"(predicted {f['predicted_samples_per_s']:,.0f} samples/s): "
+            f"{e(rec['auto']['why'])}</p>"
+        )
     items = []
     for r in report.get("remedies", []):
+        if r["remedy"] == "auto":
+            state = "recommended" if r.get("recommended") else "priced"
+            text += (
+                f"<h3>The loader sizing its own pool</h3><table class='auto'><tr><th>setting"
+                "</th><th>samples/s</th><th></th></tr>"
+                f"<tr data-remedy='auto' data-state='{state}'>"
+                f"<td><code>{e(json.dumps(r['config']['kwargs']))}</code></td>"
+                f"<td>{_price(r)}</td><td style='text-align:left'>{e(auto_text(r))}</td></tr>"
+                "</table>"
+            )
+            continue
         gain = (
             f"predicted {r['predicted_samples_per_s']:,.0f} samples/s ({r['predicted_speedup']}x)"
             if r.get("predicted_samples_per_s") is not None
@@ -169,6 +188,13 @@ def _recommendation(report: dict[str, Any]) -> str:
     if items:
         text += "<h3>Remedies that change the pipeline</h3><ul>" + "".join(items) + "</ul>"
     v = report.get("verified")
+    if v and v.get("autotune"):
+        t = v["autotune"]
+        text += (
+            "<p class='verified'>Under <code>num_workers='auto'</code> the re-run ran "
+            f"{' -> '.join(str(n) for n in t['path'])} workers and settled on "
+            f"{t['settled_on']}.</p>"
+        )
     if v:
         text += (
             f"<p class='verified'>Verified: the script under {e(json.dumps(v['kwargs']))} "
@@ -182,6 +208,13 @@ def _recommendation(report: dict[str, Any]) -> str:
             + f"): {e(v['verdict'])}.</p>"
         )
     return text
+
+
+def _price(r: dict[str, Any]) -> str:
+    value = r.get("predicted_samples_per_s")
+    if value is None:
+        return f'<span class="unknown">{html.escape(r.get("not_measured") or "not priced")}</span>'
+    return f"{value:,.0f}"
 
 
 def _loaders(report: dict[str, Any]) -> str:

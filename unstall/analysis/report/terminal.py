@@ -54,7 +54,18 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
     for key in ("cache_files", "cache_not_applied"):  # issue 40: a dataset's own files
         if rec.get(key):
             console.print(escape(f"  cache: {rec[key]}"))
+    if rec.get("fixed"):  # num_workers="auto" recommended: the fixed setting it stands for
+        f = rec["fixed"]
+        console.print(
+            escape(
+                f"  instead of the best fixed setting DataLoader({_kwargs(f['kwargs'])}), "
+                f"predicted {f['predicted_samples_per_s']:,.0f} samples/s: {rec['auto']['why']}"
+            )
+        )
     for r in report.get("remedies", []):
+        if r["remedy"] == "auto":
+            console.print(escape(f"  remedy [auto]: {auto_text(r)}"))
+            continue
         gain = (
             f"predicted {r['predicted_samples_per_s']:,.0f} samples/s ({r['predicted_speedup']}x)"
             if r["predicted_samples_per_s"] is not None
@@ -64,6 +75,12 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
     if len(report.get("loaders") or []) > 1:
         console.print(_loaders_table(report["loaders"]))
     v = report.get("verified")
+    if v and v.get("autotune"):
+        t = v["autotune"]
+        path = " -> ".join(str(n) for n in t["path"])
+        console.print(
+            f"Verified: num_workers='auto' ran {path} workers, settled on {t['settled_on']}"
+        )
     if v:
         console.print(
             f"Verified: under {_kwargs(v['kwargs'])} the script measured "
@@ -90,6 +107,25 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
         console.print(f"Ranks: {per}; slowest: rank {report['slowest_rank']} (analysed above)")
     for note in report["notes"]:
         console.print(f"  note: {note}")
+
+
+def auto_text(r: dict[str, Any]) -> str:
+    """The ``auto`` row in one line: its price, where it settles, the walk there, what it
+    stands against, and whether it is recommended (and why)."""
+    if r.get("predicted_samples_per_s") is None:
+        return f"{r['what']}: {r.get('not_measured') or 'not priced'}"
+    st, best = r["settling"], r["best_fixed"]
+    walk = " -> ".join(str(n) for n in st["path"])
+    verdict = "recommended" if r["recommended"] else "not recommended"
+    return (
+        f"DataLoader(num_workers='auto'): predicted {r['predicted_samples_per_s']:,.0f} "
+        f"samples/s ({r['predicted_speedup']}x) over {st['priced_over_s']:g} s: settles on "
+        f"{r['settles_on']} workers ({r['settled_samples_per_s']:,.0f}/s; walk {walk}, "
+        f"{st['seconds_lost']:g} s lost settling"
+        + (f"; {st['undone']}" if st.get("undone") else "")
+        + f"); best fixed DataLoader({_kwargs(best['kwargs'])}) "
+        f"{best['predicted_samples_per_s']:,.0f}/s; {verdict}: {r['why']}"
+    )
 
 
 def _rate(value: float | None, why: str | None) -> str:

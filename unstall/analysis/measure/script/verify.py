@@ -32,7 +32,8 @@ def verify_recommendation(
     rec = recommendation
     _last.clear()
     measured = _rate_under(command, window, rec["kwargs"])
-    cache = dict(_last)  # the file cache's figures in that run, when it had one
+    cache = {k: v for k, v in _last.items() if k != "autotune"}  # the file cache's, if any
+    tuned = _last.get("autotune")  # what num_workers="auto" settled on, if asked
     control = None
     if rec["changed"] and measured < (1 - SPREAD) * before:
         control = _rate_under(command, window, None)
@@ -47,6 +48,7 @@ def verify_recommendation(
         "error": round(abs(predicted - measured) / measured, 4) if measured else None,
         "verdict": _verdict(rec["changed"], measured, before, control),
         **({"cache": cache} if cache else {}),
+        **({"autotune": tuned} if tuned else {}),
     }
 
 
@@ -75,10 +77,25 @@ def _rate_under(command: Sequence[str], window: dict[str, Any], kwargs: Any) -> 
         if path is not None:
             os.unlink(path)
     doc = docs[0]
+    tuned = (doc.get("stats") or {}).get("autotune")
+    if tuned:  # num_workers="auto": what the tuner settled on in this run, and its walk
+        _last["autotune"] = {
+            "settled_on": tuned.get("num_workers"),
+            "changes": tuned.get("changes"),
+            "path": _path(tuned),
+        }
     figures = (doc.get("stats") or {}).get("cache") or {}
     if doc.get("prefilled") or figures.get("level") == "file":
         _last.update(prefilled=doc.get("prefilled"), stats=figures)
     return round(run_of("cold", doc).samples_per_s, 1)
+
+
+def _path(tuned: dict[str, Any]) -> list[int]:
+    """The worker counts the tuner ran, in order (its start, then each change's)."""
+    history = tuned.get("history") or []
+    if not history:
+        return [tuned.get("num_workers")]
+    return [history[0]["num_workers"][0], *(h["num_workers"][1] for h in history)]
 
 
 def _verdict(changed: bool, measured: float, before: float, control: float | None) -> str:

@@ -1,0 +1,196 @@
+"""`unstall analyze` prices ``num_workers="auto"`` (issue 39): where the loader's own tuner
+would settle on this job, less the batches it spends getting there, and recommends it where
+a fixed count is fragile. The walk asks the tuner's rule (`unstall.loader.autotune.decide`),
+so these figures follow from the model's windows and that rule, computed here again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.analysis.conftest import run_analyze
+from unstall.analysis.model.predict import Config, predict
+from unstall.analysis.rates.result import Rates
+from unstall.analysis.recommend.auto import (
+    MARGIN,
+    auto_row,
+    price,
+    settle,
+    window_at,
+    with_auto,
+)
+from unstall.analysis.recommend.search import recommend
+from unstall.loader.autotune.controller import WARMUP_ROUNDS
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "analysis" / "scripts" / "burn_train.py"
+CORES = len(os.sched_getaffinity(0))
+
+
+def rates(cores: float, *, io_s: float = 0.0, proc_s: float = 0.0) -> Rates:
+    """A prep-bound job: 4 ms of CPU per sample, a 2,000/s model."""
+    return Rates(2000.0, 0.004, cores, 1.0, 1e12, io_s, proc_cpu_s=proc_s)
+
+
+def row_of(r: Rates, workers: int, node_cores: int, **kw) -> dict:
+    base = Config(workers=workers, batch_size=8)
+    measured = kw.pop("measured", predict(r, base).samples_per_s)
+    rec = recommend(r, base, 4096, measured, cache_room_bytes=None)
+    over = {"oversubscribed": workers > node_cores, "cores": node_cores}
+    return auto_row(
+        r,
+        base,
+        rec,
+        measured=measured,
+        horizon_s=kw.pop("horizon_s", 20.0),
+        node_cores=node_cores,
+        unknown=kw.pop("unknown", {}),
+        oversubscription=over,
+        **kw,
+    )
+
+
+def test_oversubscribed_job_settles_at_the_cores_and_auto_is_recommended():
+    # 8 workers on 2 cores: auto starts at 2, its rule's cap (2 CPU-bound workers on 2
+    # cores): no change, nothing lost; the price is the model's for 2 workers
+    r = rates(2.0)
+    s = settle(r, Config(workers=8, batch_size=8), node_cores=2)
+    assert (s.path, s.batches, s.settled, s.lost_s, s.undone) == ([2], [], 2, 0.0, None)
+    row = row_of(r, 8, 2)
+    two = predict(r, Config(workers=2, batch_size=8)).samples_per_s
+    assert row["predicted_samples_per_s"] == round(two, 1) == 500.0
+    assert row["settles_on"] == 2 and row["settling"]["seconds_lost"] == 0.0
+    assert row["recommended"] is True
+    assert row["fragile"] == [
+        "oversubscribed: the job asks 8 workers of 2 cores; a fixed count is right for one "
+        "machine only"
+    ]
+    assert row["config"] == {"kwargs": {"num_workers": "auto"}}
+    assert row["why"].startswith(f"within {MARGIN:.0%} of the best fixed setting")
+
+
+def test_growth_from_the_start_size_is_priced_as_lost_batches():
+    # 16 free cores, a job asking 2: auto starts at 2 and grows to what the costs need
+    # (2,000/s x 4.3 ms: 9 workers) in one change, after its unjudged batches and a window
+    r = replace(rates(16.0), prep_cpu_s=0.0043)
+    base = Config(workers=2, batch_size=8)
+    s = settle(r, base, node_cores=16)
+    assert s.path == [2, 9] and s.settled == 9 and s.whys == ["loop waits, cores free"]
+    w = window_at(r, replace(base, workers=2), prefetch=2)
+    assert s.batches == [WARMUP_ROUNDS * 2 * 2 + w.batches]
+    r2 = predict(r, replace(base, workers=2)).samples_per_s  # 2 / 4.3 ms
+    r9 = predict(r, replace(base, workers=9)).samples_per_s  # the model's 2,000/s
+    assert r2 == pytest.approx(2 / 0.0043) and r9 == 2000.0
+    lost = s.batches[0] * 8 * (1 / r2 - 1 / r9) + 2 * 2 * 8 / r9  # + the remade prefetch
+    assert s.lost_s == pytest.approx(lost, rel=1e-9)
+    assert price(s, 20.0) == pytest.approx(r9 * 20.0 / (20.0 + lost), rel=1e-9)
+    row = row_of(r, 2, 16)
+    assert row["settling"]["path"] == [2, 9] and row["settled_samples_per_s"] == 2000.0
+    assert row["predicted_samples_per_s"] == round(price(s, 20.0), 1) < 2000.0
+    # the best fixed count the model finds is this machine's 16 cores (8 would give 1,860/s):
+    # fragile. Over a 20 s run auto's settling (0.36 s) keeps it within the margin:
+    # recommended; over 3 s the same settling costs more than the margin: a priced row only
+    assert row["best_fixed"]["kwargs"] == {"num_workers": 16}
+    assert row["fragile"] == [
+        "the best fixed count is this machine's 16 cores: another machine needs another count"
+    ]
+    assert row["recommended"] is True and row["settling"]["seconds_lost"] == 0.359
+    short = row_of(r, 2, 16, horizon_s=3.0)
+    assert short["predicted_samples_per_s"] == round(price(s, 3.0), 1) < 0.95 * 2000
+    assert short["recommended"] is False and short["why"].startswith("more than 5% below")
+
+
+def test_ranks_on_one_node_share_the_cores():
+    # 2 ranks on 4 cores: each tuner keeps within its share (4 // 2), never all 4
+    r = rates(4.0)
+    s = settle(r, Config(workers=4, batch_size=8), node_cores=4, ranks=2)
+    assert s.path == [2] and s.settled == 2
+    row = row_of(r, 4, 4, ranks=2)
+    assert "2 ranks share this node" in " ".join(row["fragile"])
+
+
+def test_training_process_cores_come_off_the_budget():
+    # the training process spends 4 ms of CPU per sample too: at 250/s it keeps a core busy,
+    # so the tuner's budget is the one core left, and it shrinks from its start of 2 to 1
+    r = rates(2.0, proc_s=0.004)
+    s = settle(r, Config(workers=2, batch_size=8), node_cores=2)
+    assert s.path == [2, 1] and s.whys == ["over the cores left (1)"]
+
+
+def test_unmeasured_prep_is_not_priced():
+    row = row_of(rates(2.0), 8, 2, unknown={"prep": "no worker timings"})
+    assert row["predicted_samples_per_s"] is None and row["recommended"] is False
+    assert row["not_measured"] == "not priced: no worker timings"
+
+
+def test_recommendation_as_auto_keeps_the_fixed_one_beside_it():
+    r = rates(2.0)
+    base = Config(workers=8, batch_size=8)
+    rec = recommend(r, base, 4096, 480.0, cache_room_bytes=None)
+    row = row_of(r, 8, 2, measured=480.0)
+    out = with_auto(rec, row, rec["predicted_current_samples_per_s"])
+    assert out["kwargs"] == {"num_workers": "auto"} and out["changed"] is True
+    assert out["config"] == "workers=auto(2),cache=0"
+    assert out["predicted_samples_per_s"] == row["predicted_samples_per_s"]
+    assert out["fixed"]["kwargs"] == rec["kwargs"]
+    assert out["auto"]["settles_on"] == 2 and "why_unchanged" not in out
+
+
+@pytest.mark.timeout(400)
+def test_oversubscribed_script_gets_auto_priced_applied_and_verified(tmp_path):
+    """A prep-bound script asking 4x its cores in workers (x prefetch 4: the start-up burst
+    shape): "auto" is recommended with its price, `unstall run --config` applies the file
+    it writes, and the verification lands within 15 % of the price."""
+    workers = 4 * CORES
+    command = [sys.executable, str(SCRIPT), "--workers", str(workers), "--prefetch", "4"]
+    command += ["--pin-memory", "--cpu-ms", "4", "--samples", "2048", "--epochs", "6"]
+    options = ["--quick", "--verify", "--min-seconds", "3"]
+    report = run_analyze(tmp_path, options, command, timeout=300)
+    assert report["bottleneck"] == "prep", report["summary"]
+    (row,) = [r for r in report["remedies"] if r["remedy"] == "auto"]
+    rec = report["recommendation"]
+    assert row["predicted_samples_per_s"] > 0 and row["settles_on"] <= CORES, row
+    assert row["fragile"][0].startswith(f"oversubscribed: the job asks {workers} workers")
+    assert row["recommended"], (row, rec, report["model_check"])
+    assert rec["kwargs"] == {"num_workers": "auto"}, rec
+    assert rec["predicted_samples_per_s"] == row["predicted_samples_per_s"]
+    assert rec["fixed"]["kwargs"] == row["best_fixed"]["kwargs"]
+    # the file `unstall run --config` reads
+    config = tmp_path / "html" / "recommendation.json"
+    assert json.loads(config.read_text())["kwargs"] == {"num_workers": "auto"}
+    # verified: run under the file's settings, the tuner's walk reported, and no slower than
+    # the job as it is beyond the run-to-run spread (the analyzer's own verdict). The price
+    # promises at most 15 % more than the re-run gives (as test_imagenet_example.py) once
+    # what is not auto's is taken off: the model's own error on the job as it is (its
+    # `model_check`: the same pipeline model prices both), and where the re-run looked
+    # slower, the machine's drift between the job's two runs (other jobs on 2 cores)
+    v = report["verified"]
+    assert v["kwargs"] == {"num_workers": "auto"}
+    assert v["autotune"]["path"][0] == min(2, CORES) and v["autotune"]["settled_on"] <= CORES
+    assert "did not hold" not in v["verdict"], v
+    check = report["model_check"]
+    model = min(1.0, check["measured_samples_per_s"] / check["predicted_samples_per_s"])
+    drift = v.get("control_samples_per_s", v["before_samples_per_s"]) / v["before_samples_per_s"]
+    assert v["predicted_samples_per_s"] * model * drift <= 1.15 * v["measured_samples_per_s"], (
+        v,
+        check,
+    )
+    # the page shows the row with its price
+    page = (tmp_path / "html" / "index.html").read_text()
+    assert "data-remedy='auto' data-state='recommended'" in page
+    assert f"{row['predicted_samples_per_s']:,.0f}" in page
+    # the same file applied by `unstall run --config`: the script's loader runs "auto"
+    out = tmp_path / "run.json"
+    short = [*command[:2], "--workers", str(workers), "--cpu-ms", "1", "--samples", "256"]
+    run = [sys.executable, "-m", "unstall", "run", "--json", str(out), "--config", str(config)]
+    done = subprocess.run([*run, "--", *short, "--epochs", "1"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (loader,) = json.loads(out.read_text())["processes"][0]["loaders"]
+    # it asked for 4x the cores; "auto" started at min(2, cores), within the cores
+    assert loader["samples"] == 256 and loader["num_workers"] == min(2, CORES), loader

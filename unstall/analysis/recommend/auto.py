@@ -1,0 +1,345 @@
+"""``num_workers="auto"`` priced for this job: where the autotuner would settle, and what the
+batches it spends getting there cost.
+
+The loader's tuner (`unstall.loader.autotune`) is not re-implemented here: its own rule
+(`decide`) is asked, window after window, about the windows the model predicts this job
+would show at each pool size (the loop's wait, the workers' task, CPU and run-queue
+time), under the budget its resources would give it on this machine (the cores less the
+training process's busy cores, shared between the ranks on the node, grown only into
+idle cores). The walk starts where the tuner starts (`START_WORKERS`, within the ranks'
+share), follows each decision, undoes a grow that would not raise the predicted rate by
+the controller's `GAIN` (as its first window after the change would), and stops where the
+rule asks for nothing more.
+
+The price is the rate over a run as long as the measured window (what ``--verify``
+measures): the settled pool's predicted rate, less the time the smaller pools spent on
+their batches (each new pool's unjudged batches and its window, at that pool's rate) and
+the prefetched batches each change makes again. A longer job pays the same settling over
+more batches: its rate comes closer to the settled one (``settled_samples_per_s``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from unstall.analysis.model.predict import Config, Prediction, fetch_seconds_per_batch, predict
+from unstall.analysis.rates.result import Rates
+from unstall.loader.autotune import AUTO, Budget, Window, decide
+from unstall.loader.autotune.controller import (
+    GAIN,
+    START_WORKERS,
+    WARMUP_ROUNDS,
+    WINDOW_BATCHES,
+    WINDOW_S,
+)
+from unstall.loader.autotune.resources import cores_left, training_cores
+
+#: ``"auto"`` is recommended when its price is within this share of the best fixed setting's
+#: prediction and a fixed count is fragile on this job (`fragile`).
+MARGIN = 0.05
+#: The most decisions the walk follows (the tuner settles in a few).
+MAX_STEPS = 32
+#: Caps of the model that mean the workers are the bottleneck (they never sit idle then).
+WORKER_CAPS = ("prep", "workers", "cores")
+
+
+@dataclass
+class Settling:
+    """The tuner's walk for this job: the pools it runs, and where it stays.
+
+    Attributes:
+        path: worker counts in the order the tuner runs them (the first is its start).
+        batches: batches each pool but the last hands out before the next change.
+        settled: the count it stays at; ``prediction`` its predicted rate.
+        lost_s: seconds those batches and the remade prefetched ones cost against the
+            settled pool's rate.
+        undone: why the walk ended on an undone change (None: the rule asked for nothing).
+    """
+
+    path: list[int]
+    batches: list[int]
+    settled: int
+    prediction: Prediction
+    lost_s: float
+    undone: str | None = None
+    whys: list[str] = field(default_factory=list)
+
+
+def window_at(rates: Rates, config: Config, *, prefetch: int, scale: int = 1) -> Window:
+    """The window the tuner would measure on ``config``'s pool, by the model: the loop waits
+    for what the pool's rate lacks of the model's own; the workers spend CPU and I/O on
+    each batch, and while they are the bottleneck the rest of their time is waiting for a
+    core (the cores are full)."""
+    p = predict(rates, config)
+    b = config.batch_size
+    rate = max(p.samples_per_s, 1e-9)
+    batches = max(WINDOW_BATCHES, math.ceil(WINDOW_S * scale * rate / b))
+    wall = batches * b / rate
+    own = b / rates.ingestion if rates.ingestion > 0 else 0.0
+    if rates.main_cpu_s > 0:
+        own = max(own, b * rates.main_cpu_s)
+    wait = max(0.0, wall - batches * own)
+    cpu = b * rates.prep_cpu_s
+    io = fetch_seconds_per_batch(rates, config, p.hit_rate)
+    binding = min(p.caps, key=lambda k: p.caps[k])
+    task = config.workers * b / rate  # a worker's wall time per batch it makes
+    runq = max(0.0, task - cpu - io) if binding in WORKER_CAPS else 0.0
+    return Window(
+        batches=batches,
+        wall_s=wall,
+        wait_s=wait,
+        busy_s=batches * (cpu + io + runq),
+        cpu_s=batches * cpu,
+        runq_s=batches * runq,
+        workers=config.workers,
+        prefetch=prefetch,
+    )
+
+
+def budget_at(
+    rates: Rates, config: Config, *, node_cores: int, ranks: int, others: float
+) -> Budget:
+    """What the tuner's resources would allow on this machine with ``config``'s pool running:
+    the node's cores less the training process's busy cores (its CPU per sample x the rate),
+    a fair share among ``ranks`` on the node, and the cores no one uses (``others``: cores
+    other processes kept busy)."""
+    rate = predict(rates, config).samples_per_s
+    training = training_cores(rates.proc_cpu_s * rate, 1.0)
+    r = max(1, ranks)
+    cores = cores_left(node_cores, training, 0, r - 1, int(r > 1))
+    used = r * rate * (rates.prep_cpu_s + rates.proc_cpu_s)
+    return Budget(cores, idle=max(0.0, node_cores - others - used))
+
+
+def settle(
+    rates: Rates,
+    base: Config,
+    *,
+    node_cores: int,
+    prefetch: int = 2,
+    ranks: int = 1,
+    others: float = 0.0,
+) -> Settling:
+    """Where ``num_workers="auto"`` would settle on this job, and the walk there."""
+    r = max(1, ranks)
+    start = max(1, min(START_WORKERS, node_cores, node_cores // r or 1))
+    at = lambda n: replace(base, workers=n)  # noqa: E731
+    path, batches, whys = [start], [], []
+    lost_batches: list[tuple[int, int]] = []  # (pool, batches) spent before the last change
+    remade = 0  # prefetched batches dropped by the changes
+    ceiling, undone = 1 << 16, None
+    n, scale = start, 1
+    for _ in range(MAX_STEPS):
+        w = window_at(rates, at(n), prefetch=prefetch, scale=scale)
+        budget = budget_at(rates, at(n), node_cores=node_cores, ranks=r, others=others)
+        d = decide(w, budget, tune_workers=True, tune_prefetch=False, ceiling=ceiling)
+        if d is None or d.workers == n:
+            break
+        if d.workers in path:
+            # the rule would go back to a count it left: it alternates between the two
+            # (its budget moves with the rate); priced at the slower of them
+            slower = min((n, d.workers), key=lambda k: predict(rates, at(k)).samples_per_s)
+            undone = f"alternates between {min(n, d.workers)} and {max(n, d.workers)} workers"
+            whys.append(d.why)
+            if slower != n:
+                lost_batches.append((n, WARMUP_ROUNDS * n * prefetch + w.batches))
+                batches.append(lost_batches[-1][1])
+                remade += n * prefetch
+                n = slower
+                path.append(n)
+            break
+        if d.why == "workers idle":  # a shrink needs two windows in a row that ask for it
+            w2 = window_at(rates, at(n), prefetch=prefetch, scale=scale)
+            w = replace(w, batches=w.batches + w2.batches)
+        spent = WARMUP_ROUNDS * n * prefetch + w.batches
+        new = predict(rates, at(d.workers)).samples_per_s
+        old = predict(rates, at(n)).samples_per_s
+        judge = window_at(rates, at(d.workers), prefetch=prefetch, scale=2)
+        if d.workers > n and new < old * GAIN and judge.wait > 0.02:
+            # the tuner's first window after the grow shows it did not pay: undone, bounded
+            lost_batches += [(n, spent), (d.workers, WARMUP_ROUNDS * d.workers * prefetch)]
+            lost_batches[-1] = (d.workers, lost_batches[-1][1] + judge.batches)
+            remade += n * prefetch + d.workers * prefetch
+            undone = f"a grow to {d.workers} would not raise the rate {GAIN:g}x: undone"
+            ceiling = n
+            whys.append(d.why)
+            continue
+        lost_batches.append((n, spent))
+        batches.append(spent)
+        remade += n * prefetch
+        whys.append(d.why)
+        n, scale = d.workers, 2
+        path.append(n)
+    final = predict(rates, at(n))
+    rate = max(final.samples_per_s, 1e-9)
+    b = base.batch_size
+    lost = sum(
+        k * b * (1.0 / max(predict(rates, at(m)).samples_per_s, 1e-9) - 1.0 / rate)
+        for m, k in lost_batches
+    )
+    lost += remade * b / rate  # the dropped prefetched batches are made again
+    return Settling(path, batches, n, final, max(0.0, lost), undone, whys)
+
+
+def price(s: Settling, horizon_s: float) -> float:
+    """Samples/s over a run of ``horizon_s`` seconds at the settled rate, with the settling's
+    time lost in it (a longer job pays the same settling over more batches)."""
+    rate = s.prediction.samples_per_s
+    if rate <= 0 or horizon_s <= 0:
+        return rate
+    return rate * horizon_s / (horizon_s + s.lost_s)
+
+
+def fragile(
+    base: Config,
+    rates: Rates,
+    best: Config,
+    *,
+    oversubscription: dict[str, Any] | None,
+    node_cores: int,
+    ranks: int,
+    others: float,
+) -> list[str]:
+    """Why a fixed ``num_workers`` is fragile on this job (empty: it is not)."""
+    out = []
+    over = oversubscription or {}
+    if over.get("oversubscribed") or base.workers > node_cores:
+        share = over.get("worker_runq_share")
+        out.append(
+            f"oversubscribed: the job asks {base.workers} workers of {node_cores} cores"
+            + (f" (they waited for a core {share:.0%} of their time)" if share else "")
+            + "; a fixed count is right for one machine only"
+        )
+    if ranks > 1:
+        out.append(f"{ranks} ranks share this node: each fixed pool takes cores the others need")
+    if others > 0:
+        out.append(
+            f"other processes kept {others:.1f} cores busy while it was measured: the cores "
+            "left to the workers change"
+        )
+    if best.workers != base.workers and best.workers == int(rates.cores):
+        out.append(
+            f"the best fixed count is this machine's {best.workers} cores: another machine "
+            "needs another count"
+        )
+    return out
+
+
+def auto_row(
+    rates: Rates,
+    base: Config,
+    rec: dict[str, Any],
+    *,
+    measured: float,
+    horizon_s: float,
+    node_cores: int,
+    unknown: dict[str, str],
+    prefetch: int = 2,
+    ranks: int = 1,
+    others: float = 0.0,
+    oversubscription: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``"auto"`` row: its price against the best fixed setting ``rec`` (the search's
+    recommendation), whether it is recommended, and the config that applies it.
+
+    ``horizon_s``: the run the price is over, in seconds (the measured window's length:
+    what ``--verify`` measures); the settled rate is given beside it."""
+    kwargs: dict[str, Any] = {"num_workers": AUTO}
+    if rec["kwargs"].get("cache"):
+        kwargs["cache"] = rec["kwargs"]["cache"]
+    row: dict[str, Any] = {
+        "remedy": "auto",
+        "what": "DataLoader(num_workers='auto'): the loader sizes its pool while the job runs "
+        f"(starts at {min(START_WORKERS, node_cores)}, grows while the loop waits and cores "
+        "are free, shrinks when workers idle, keeps watching)",
+        "applies": 'unstall run --config FILE, FILE holding {"kwargs": {"num_workers": '
+        '"auto"}} (no edit of the script)',
+        "config": {"kwargs": kwargs},
+        "recommended": False,
+    }
+    if "prep" in unknown:
+        return {
+            **row,
+            "predicted_samples_per_s": None,
+            "predicted_speedup": None,
+            "not_measured": f"not priced: {unknown['prep']}",
+        }
+    cache = float(rec["kwargs"].get("cache") or 0.0)
+    at = replace(base, cache=cache)
+    s = settle(rates, at, node_cores=node_cores, prefetch=prefetch, ranks=ranks, others=others)
+    predicted = price(s, horizon_s)
+    best = replace(at, workers=int(rec["kwargs"]["num_workers"]))
+    fixed = predict(rates, best).samples_per_s
+    reasons = fragile(
+        base,
+        rates,
+        best,
+        oversubscription=oversubscription,
+        node_cores=node_cores,
+        ranks=ranks,
+        others=others,
+    )
+    # model against model (the job as it is, the best fixed setting); never below the
+    # job as measured, as for any recommendation
+    current = predict(rates, base).samples_per_s
+    close = predicted >= (1 - MARGIN) * max(fixed, current)
+    recommended = bool(reasons) and close and round(predicted, 1) >= round(measured, 1)
+    if recommended:
+        why = f"within {MARGIN:.0%} of the best fixed setting, which is fragile: " + "; ".join(
+            reasons
+        )
+    elif not reasons:
+        why = "a fixed count is not fragile on this job: the fixed recommendation stands"
+    elif not close:
+        why = f"more than {MARGIN:.0%} below the best fixed setting's prediction (or the job's)"
+    else:
+        why = "predicted slower than the job as it is"
+    return {
+        **row,
+        "predicted_samples_per_s": round(predicted, 1),
+        "predicted_speedup": round(predicted / measured, 2) if measured else None,
+        "recommended": recommended,
+        "why": why,
+        "fragile": reasons,
+        "settles_on": s.settled,
+        "settled_samples_per_s": round(s.prediction.samples_per_s, 1),
+        "settling": {
+            "path": s.path,
+            "batches": s.batches,
+            "seconds_lost": round(s.lost_s, 3),
+            "priced_over_s": round(horizon_s, 2),
+            **({"undone": s.undone} if s.undone else {}),
+        },
+        "best_fixed": {
+            "kwargs": dict(rec["kwargs"]),
+            "predicted_samples_per_s": round(fixed, 1),
+        },
+        "bound": s.prediction.bound,
+    }
+
+
+def with_auto(rec: dict[str, Any], row: dict[str, Any], current: float) -> dict[str, Any]:
+    """The recommendation as ``"auto"`` (``row`` recommended it), the fixed one kept beside
+    it as ``fixed``."""
+    kwargs = row["config"]["kwargs"]
+    predicted = row["predicted_samples_per_s"]
+    label = f"workers=auto({row['settles_on']}),cache={float(kwargs.get('cache', 0.0)):g}"
+    fixed = {k: rec[k] for k in ("kwargs", "config", "predicted_samples_per_s") if k in rec}
+    out = {k: v for k, v in rec.items() if k != "why_unchanged"}
+    out.update(
+        kwargs=dict(kwargs),
+        config=label,
+        changed=True,
+        predicted_samples_per_s=predicted,
+        predicted_speedup=round(predicted / current, 3) if current > 0 else None,
+        bound=row["bound"],
+        auto={
+            "settles_on": row["settles_on"],
+            "settling": row["settling"],
+            "why": row["why"],
+        },
+        fixed=fixed,
+    )
+    return out
