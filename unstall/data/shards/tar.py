@@ -22,6 +22,8 @@ from unstall.data.shards.index import ShardInfo, ShardTable, load, save
 from unstall.errors import SampleError
 
 SUFFIXES = (".tar",)
+#: ``direct_labels`` value of a sample with no image field (`ShardDataset.prepare` names it)
+NO_IMAGE = -2
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)[.]([^/]*)$")
 
 
@@ -229,6 +231,10 @@ class TarShards(ShardDataset):
 
     kind = "tar"
     suffixes = SUFFIXES
+    lazy_index = True  # a tar's index is its headers, through the whole shard: built as it lands
+
+    def _on_landing(self, infos: list[ShardInfo], directory: str) -> Any:
+        return IndexThen(directory, {i.key: i for i in infos})
 
     def _build(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
         if not self.location.remote:
@@ -265,11 +271,15 @@ class TarShards(ShardDataset):
         # per sample, the member with the best rank: sort by (sample, rank), take the first
         order = np.lexsort((member_rank, owner))
         firsts = order[np.searchsorted(owner[order], np.arange(len(idx)))]
-        if np.any(member_rank[firsts] >= len(ranked)):  # a sample without an image field
+        no_image = member_rank[firsts] >= len(ranked)
+        if np.any(no_image) and not self.__dict__.get("direct"):  # a sample without an image
             return super()._direct_spans()
         start = idx.spans[:, 0] + idx.member_off[firsts]
         spans = np.stack([start, start + idx.member_size[firsts]], axis=1)
-        return spans, idx.extra["cls"]
+        labels = idx.extra["cls"].copy()
+        # shards indexed after the choice (`growing`): such a sample fails as it would have
+        labels[no_image] = NO_IMAGE
+        return spans, labels
 
     def _wanted(self, index: int, raw: bytes) -> dict[str, Any]:
         """Only the image and label members, sliced once (the other members are not copied)."""
