@@ -175,7 +175,7 @@ def _child(url: str, opts: dict, cache: str, script: str) -> subprocess.Popen:
 def test_a_killed_survey_resumes_without_rereading_finished_shards(fresh, seaweed, tmp_path):
     """A process indexing the shards (disk=0: read, indexed, deleted) is SIGKILLed part way;
     the next run on the node reads only the shards without a saved index."""
-    from unstall.data.shards.index import _file, index_dir
+    from unstall.data.shards.index import index_dir, index_file
 
     cache = str(tmp_path / "killed")
     with DelayProxy(seaweed.endpoint, delay=0.4) as proxy:
@@ -203,7 +203,7 @@ def test_a_killed_survey_resumes_without_rereading_finished_shards(fresh, seawee
         assert set(tar_gets(proxy)) == {i.key for i in ds_infos} - set(saved)
         assert all(v == 1 for v in tar_gets(proxy).values())
         assert len(saved) == finished
-        assert all(os.path.exists(_file(directory, i)) for i in ds_infos)
+        assert all(os.path.exists(index_file(directory, i)) for i in ds_infos)
         assert [ds[i][1] for i in range(N)] == list(range(N))
         ds.location.close()
 
@@ -239,3 +239,20 @@ def test_a_second_node_process_reads_no_shard_before_its_first_batch(fresh, seaw
         "tar.manifest.npz": 1
     }
     assert len(batch) == 7 and {i // PER_SHARD for i in batch} == {0}  # epoch 0: first window
+
+
+def test_each_shard_is_indexed_as_its_bytes_stream_in(fresh, monkeypatch):
+    """No shard file is read to index it (the header reader is never called, in the store's
+    helper process either): each index comes from the download's own stream."""
+    from unstall.data.shards import tar
+
+    def no_second_pass(*args, **kwargs):
+        raise AssertionError("a shard was read again to index it")
+
+    monkeypatch.setattr(tar, "_members_fast", no_second_pass)
+    monkeypatch.setattr(tar, "_members_tarfile", no_second_pass)
+    ds = TarShards(fresh.url, **fresh.opts)  # the store's helper starts (forks) here
+    assert len(ds) == N
+    assert ds.stats()["shards"]["index"] == {"local": 0, "beside": 0, "built": SHARDS}
+    assert [ds[i][1] for i in range(N)] == list(range(N))
+    ds.location.close()

@@ -32,8 +32,8 @@ from unstall.data.shards.index import (
     ShardIndex,
     ShardInfo,
     ShardTable,
-    _file,
     index_dir,
+    index_file,
     load,
 )
 
@@ -143,7 +143,7 @@ class Growth:
 
     def indexed(self) -> int:
         """Shards with an index file on this node (the prefix, and any landed beyond it)."""
-        return sum(os.path.exists(_file(self.directory, i)) for i in self.infos)
+        return sum(os.path.exists(index_file(self.directory, i)) for i in self.infos)
 
 
 @contextlib.contextmanager
