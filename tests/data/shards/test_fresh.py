@@ -256,3 +256,22 @@ def test_each_shard_is_indexed_as_its_bytes_stream_in(fresh, monkeypatch):
     assert ds.stats()["shards"]["index"] == {"local": 0, "beside": 0, "built": SHARDS}
     assert [ds[i][1] for i in range(N)] == list(range(N))
     ds.location.close()
+
+
+def test_len_first_as_lightning_does_waits_for_every_shard_then_runs_as_indexed(fresh, seaweed):
+    """len(loader) before the first batch (Lightning, HF Trainer): every shard downloaded
+    and indexed (once each, kept for training), then the epochs as with a stored index:
+    epoch 0 in the same key-order windows, each sample once."""
+    with DelayProxy(seaweed.endpoint) as proxy:
+        ds = TarShards(fresh.url, **{**fresh.opts, "endpoint": proxy.endpoint})
+        loader = _loader(ds)
+        assert not ds.length_known
+        assert len(loader) == -(-N // 7) and len(ds) == N and ds.length_known
+        assert tar_gets(proxy) == {f"train-{s:06d}.tar": 1 for s in range(SHARDS)}
+        epoch0 = epoch_ids(loader)
+        assert sorted(epoch0) == list(range(N))
+        assert {i // PER_SHARD for i in epoch0[:PER_SHARD]} == {0}
+        assert sorted(epoch_ids(loader)) == list(range(N))
+        assert tar_gets(proxy) == {f"train-{s:06d}.tar": 1 for s in range(SHARDS)}
+        loader.close()
+        ds.location.close()
