@@ -189,3 +189,15 @@ def test_manifest_holds_every_table_and_skips_a_rewritten_shard(tmp_path):
         assert np.array_equal(have.member_off, want.member_off)
         assert np.array_equal(have.extra["cls"], want.extra["cls"])
     assert from_manifest(b"not a manifest", infos) == {}
+
+
+def test_index_command_keeping_copies_indexes_every_shard(s3_tars, seaweed):
+    """`unstall index URL --keep-copies`: the shards land (and are indexed) in the background;
+    the command waits for every one; training on this node then reads nothing."""
+    url, _paths, opts = s3_tars
+    text = _index_command(url, seaweed, "--keep-copies", "--local-only")
+    assert f"{SHARDS} tar shards, {N} samples indexed" in text
+    ds = TarShards(url, **opts)
+    stats = ds.stats()["shards"]
+    assert ds.length_known and stats["local_shards"] == SHARDS and stats["requests"] == 0
+    assert [ds[i][1] for i in range(N)] == list(range(N))
