@@ -10,7 +10,10 @@ budget (the default) are downloaded whole once per node (`ShardFiles`), in the b
 in the order the epoch needs them; larger datasets read a batch's spans with a few
 coalesced range GETs per shard (`plan_ranges`). Every request goes through the location's
 store (`unstall.stores`). Making the dataset lists the shards and finds each one's index
-(`survey`); with a stored index (local, or beside the shards) it reads no shard.
+(`survey`); with a stored index (local, or beside the shards) it reads no shard. A fresh
+remote tar dataset indexes its first shard then and the others as they land (`growing`):
+its length is known once they have (``length_known``; ``len()`` waits for them), and
+epoch 0 streams window by window meanwhile.
 """
 
 from __future__ import annotations

@@ -250,8 +250,10 @@ class TarShards(ShardDataset):
     """WebDataset ``.tar`` shards, read in place, by sample index (see `ShardDataset`).
 
     Default fields: the image from ``jpg``/``jpeg``/``png``/``webp``, the label from
-    ``cls``. On S3 the index comes from the first full read of each shard, which is
-    also the download that serves epoch 1 from local disk.
+    ``cls``. On S3 the index comes from the first full read of each shard (its headers
+    parsed as its bytes stream in, `TarScan`), which is also the download that serves the
+    epochs from local disk; with no index stored, the shards land in the background after
+    the first, and the length is known once they have (`growing`).
     """
 
     kind = "tar"
