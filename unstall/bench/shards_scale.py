@@ -214,7 +214,8 @@ def run(*, quick: bool, console: Any = None, scale_gb: float = SCALE_GB) -> Benc
     sizes = {"1x": scale_gb, "2x": 2 * scale_gb}
     with (
         tempfile.TemporaryDirectory(prefix="unstall-bench-scale-") as tmp_dir,
-        SeaweedServer([BUCKET]) as server,
+        # room for the tars and MDS at 1x and the tars at 2x (volumes of 256 MB, half spare)
+        SeaweedServer([BUCKET], volume_max=int(4 * scale_gb * 1e9 / 256e6 * 1.5) + 16) as server,
     ):
         tmp = Path(tmp_dir)
         built = {}
