@@ -275,3 +275,13 @@ def test_len_first_as_lightning_does_waits_for_every_shard_then_runs_as_indexed(
         assert tar_gets(proxy) == {f"train-{s:06d}.tar": 1 for s in range(SHARDS)}
         loader.close()
         ds.location.close()
+
+
+def test_len_shows_a_progress_bar_on_a_terminal(fresh, seaweed, monkeypatch, capsys):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with DelayProxy(seaweed.endpoint, delay=0.1) as proxy:
+        ds = TarShards(fresh.url, **{**fresh.opts, "endpoint": proxy.endpoint})
+        assert not ds.length_known
+        assert len(ds) == N
+        ds.location.close()
+    assert "indexing the shards of" in capsys.readouterr().err
