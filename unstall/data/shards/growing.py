@@ -22,6 +22,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -120,12 +121,19 @@ class Growth:
         """``ds.index.shard_first`` once shards ``[0, end)`` are indexed (waits for their
         downloads; indexes any not indexed yet)."""
         self.advance()
-        if self.ready < end and self.tables is not None:
+        while self.ready < end and self.tables is not None:
+            if self.ds.files.background_running():
+                # this process's background download indexes them as they land: wait for
+                # their index files (a call to the store now would queue behind it)
+                time.sleep(0.005)
+                self.advance()
+                continue
             todo = [k for k in range(self.ready, end) if self.tables[k] is None]
             built = self.ds._build([self.infos[k] for k in todo], self.directory)
             for k, table in zip(todo, built, strict=True):
                 self.tables[k] = table
             self.advance()
+            break
         return self.ds.index.shard_first
 
     def finish(self) -> None:
