@@ -15,6 +15,7 @@ the MDS shards, webdataset on the tars, Mosaic Streaming on the MDS shards.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -136,6 +137,7 @@ def one_run(
     name: str, server: SeaweedServer, endpoint: str, data: dict[str, Any], tmp: Path
 ) -> dict[str, Any]:
     """One loader, two epochs: time to first batch, epochs' times, exactly once."""
+    os.sync()  # the dataset's and the last run's writes reach the disk before the clock starts
     run_dir = Path(tempfile.mkdtemp(dir=tmp, prefix="run-"))
     env = server.env(endpoint=endpoint)
     env["S3_ENDPOINT_URL"] = endpoint
