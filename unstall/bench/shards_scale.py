@@ -292,6 +292,7 @@ def _result(
                 ),
             }
         goals[ms] = g
+    checks = goal_lines(goals)
     indexed = goals.get("0", {}).get("unstall tar indexed", {})
     exact = all(v["exact"] for by in per.values() for m in by.values() for v in m.values())
     return BenchResult(
@@ -325,5 +326,35 @@ def _result(
             "empty cache directory",
             "goals (issue 37): first batch <= 2x webdataset's, epoch 1 >= 1.2x webdataset and "
             ">= 1.5x Mosaic, epoch 2 >= 3x webdataset, first batch at 2x size <= 1.2x",
+            *checks,
         ],
     )
+
+
+#: (key in ``goals``, what, goal, at most (True) or at least (False))
+GOALS = (
+    ("first_batch_vs_webdataset", "first batch / webdataset's", 2.0, True),
+    ("epoch1_vs_webdataset", "epoch 1 / webdataset", 1.2, False),
+    ("epoch1_vs_mosaic", "epoch 1 / Mosaic", 1.5, False),
+    ("epoch2_vs_webdataset", "epoch 2 / webdataset", 3.0, False),
+    ("first_batch_2x_vs_1x", "first batch at 2x size / 1x", 1.2, True),
+)
+
+
+def goal_lines(goals: dict[str, dict[str, dict[str, float | None]]]) -> list[str]:
+    """One line per latency and unstall loader: each ratio against its goal, met or not."""
+    out = []
+    for ms, by_loader in goals.items():
+        for name, got in by_loader.items():
+            parts = []
+            for key, what, goal, at_most in GOALS:
+                value = got.get(key)
+                if value is None:
+                    continue
+                met = value <= goal if at_most else value >= goal
+                sign = "<=" if at_most else ">="
+                parts.append(
+                    f"{what} {value:.2f}x (goal {sign} {goal}: {'met' if met else 'NOT met'})"
+                )
+            out.append(f"{ms} ms, {name}: " + "; ".join(parts))
+    return out
