@@ -124,9 +124,13 @@ class Growth:
         while self.ready < end and self.tables is not None:
             if self.ds.files.background_running():
                 # this process's background download indexes them as they land: wait for
-                # their index files (a call to the store now would queue behind it)
-                time.sleep(0.005)
-                self.advance()
+                # their index files (a call to the store now would queue behind it), then
+                # grow the index once for the whole window
+                before = self.ready
+                if self._saved(end):
+                    self.advance()
+                if self.ready == before:  # (an index file of another version: not yet)
+                    time.sleep(0.005)
                 continue
             todo = [k for k in range(self.ready, end) if self.tables[k] is None]
             built = self.ds._build([self.infos[k] for k in todo], self.directory)
@@ -135,6 +139,14 @@ class Growth:
             self.advance()
             break
         return self.ds.index.shard_first
+
+    def _saved(self, end: int) -> bool:
+        """Whether shards ``[ready, end)`` are indexed (a table here or an index file)."""
+        tables = self.tables or []
+        return all(
+            tables[k] is not None or os.path.exists(index_file(self.directory, self.infos[k]))
+            for k in range(self.ready, end)
+        )
 
     def finish(self) -> None:
         """Index every shard left (``len()``), with a progress bar on a terminal."""
