@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         ds = cls(
             args.url, image=None, label=None, disk="auto" if args.keep_copies else 0, **options
         )
+        ds.complete()  # kept copies: the shards land in the background; wait for every one
     except (ValueError, OSError) as exc:
         Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         return 2

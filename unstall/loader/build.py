@@ -22,6 +22,7 @@ from unstall.loader.handoff import SlotHandoff, SlotSampler
 from unstall.loader.prep_plan import declared_batch_bytes, default_device_transform, plan_prep
 from unstall.loader.sampling import OrderSpec, PlanSampler, UserBatchSampler
 from unstall.loader.settings import LoaderSettings
+from unstall.loader.streamed import known_len
 from unstall.loader.torch_class import TorchDataLoader
 
 
@@ -59,7 +60,8 @@ def build_machinery(owner: Any, dataset: Any, s: LoaderSettings) -> Machinery:
         plan: PlanSampler | UserBatchSampler = UserBatchSampler(batch_sampler)
     else:
         order = OrderSpec(
-            num_samples=len(dataset),
+            num_samples=known_len(dataset),  # -1: shards still being indexed
+            length=lambda: len(dataset),
             batch_size=batch_size or 1,
             shuffle=bool(s.shuffle),
             drop_last=s.drop_last,

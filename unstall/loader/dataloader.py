@@ -128,7 +128,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         )
         self._autotune = take_auto(a, map_style=not iterable)  # "auto" -> starting values
         # torch checks the options and sets the attributes it exposes, exactly as its own.
-        shadow = TorchDataLoader(dataset, **torch_arguments(a))
+        shadow = TorchDataLoader(dataset, **torch_arguments(a, dataset))
         self.__dict__.update(shadow.__dict__)
         self.__dict__["_DataLoader__initialized"] = False
         self._stats = LoaderStats()
@@ -216,13 +216,13 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         workers = getattr(getattr(it, "_torch_iter", None), "_workers", None) or []
         return [p.pid for p in workers if getattr(p, "pid", None)]
 
-    def order_spec(self) -> Any:
+    def order_spec(self, *, need_length: bool = True) -> Any:
         """The order spec (None: a user's sampler), following a dataset that grew or shrank."""
-        order = self.order
-        if order is not None and order.num_samples != len(self.dataset):
-            self.order = order = replace(order, num_samples=len(self.dataset))
-            self._sampler.spec = order  # type: ignore[union-attr]
-        return order
+        n = len(self.dataset) if need_length or getattr(self.dataset, "length_known", 1) else -1
+        if self.order is not None and self.order.num_samples != n:
+            self.order = replace(self.order, num_samples=n)
+            self._sampler.spec = self.order  # type: ignore[union-attr]
+        return self.order
 
     def __len__(self) -> int:
         if self._passthrough:
@@ -254,7 +254,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self._inner._IterableDataset_len_called = asked  # only the user's len() counts
             raw = start_workers(self._inner)
             return owning_workers(PassthroughIterator(self, raw, self._stats, length), raw, self)
-        self.order_spec()
+        self.order_spec(need_length=False)  # a dataset still indexing shards: -1, it streams
         begun = self._position.begin()
         cursor, loaded = begun.cursor, begun.loaded
         if begun.draw_tail:  # the cut run stopped before its epoch's last pull
@@ -275,7 +275,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         if self._worker_seeds is not None:
             base = worker_base_seed(seed=self.seed, epoch=cursor.epoch, rank=self.rank)
             self._worker_seeds.manual_seed(base)
-        length = len(self._sampler)
+        length = None if getattr(self.order, "num_samples", 0) < 0 else len(self._sampler)
         # the workers prefetch from now on; they stop when the epoch's iterator goes, even
         # in a garbage collection (`owning_workers`)
         torch_iter = raw = start_workers(self._inner, loaded)

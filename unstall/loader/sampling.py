@@ -12,12 +12,13 @@ import math
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
+from unstall.loader.streamed import streamed_batches
 from unstall.loader.torch_order import (
     draw_key,
     draw_order,
@@ -77,6 +78,10 @@ class OrderSpec:
         default=None, compare=False, repr=False
     )
     rule: str = "seeded"  # "torch": torch's RandomSampler order, from each epoch's draw
+    #: ``num_samples`` of -1: the dataset's length is not known yet (sharded data whose shards
+    #: are still being indexed: `known_len`); ``length()`` asks for it (the dataset then does
+    #: whatever knowing it costs). Epochs whose order the dataset streams need no length.
+    length: Callable[[], int] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -90,6 +95,8 @@ class OrderSpec:
         A dataset's own order (``permute``, e.g. a shard-window shuffle) comes first;
         ``draw``: with the torch rule, what the epoch drew (`torch_order.draw_order`).
         """
+        if self.num_samples < 0:
+            return self.known().indices(epoch, draw)
         own = self.permute(self.seed, epoch) if self.shuffle and self.permute else None
         if own is not None:
             order = np.asarray(own, dtype=np.int64)
@@ -108,8 +115,16 @@ class OrderSpec:
             order = np.arange(self.num_samples, dtype=np.int64)
         return shard(order, rank=self.rank, world_size=self.world_size)
 
+    def known(self) -> OrderSpec:
+        """This spec with the dataset's length (asked of the dataset if not known yet)."""
+        if self.num_samples >= 0 or self.length is None:
+            return self
+        return replace(self, num_samples=self.length())
+
     def num_batches(self) -> int:
         """Batches per epoch on this rank."""
+        if self.num_samples < 0:
+            return self.known().num_batches()
         per_rank = (
             math.ceil(self.num_samples / self.world_size)
             if self.world_size > 1
@@ -122,7 +137,17 @@ class OrderSpec:
     def batches(
         self, epoch: int, start: int = 0, draw: dict[str, Any] | None = None
     ) -> Iterator[list[int]]:
-        """The batches of ``epoch`` from batch number ``start`` on, as index lists."""
+        """The batches of ``epoch`` from batch number ``start`` on, as index lists.
+
+        With the length not known yet, an order the dataset streams (``chunks()``: sharded
+        data whose shards are still arriving) is cut into batches as it comes."""
+        if self.num_samples < 0:
+            own = self.permute(self.seed, epoch) if self.shuffle and self.permute else None
+            if hasattr(own, "chunks"):
+                yield from streamed_batches(own.chunks(), self, start)  # type: ignore[union-attr]
+                return
+            yield from self.known().batches(epoch, start, draw)
+            return
         order = self.indices(epoch, draw)
         bs = self.batch_size
         for b in range(start, self.num_batches()):

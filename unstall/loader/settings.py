@@ -128,9 +128,13 @@ class LoaderSettings:
         return cls(**fields)
 
 
-def torch_arguments(a: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of ``a`` that torch's own DataLoader takes."""
-    return {k: v for k, v in a.items() if k not in EXTRAS}
+def torch_arguments(a: dict[str, Any], dataset: Any = None) -> dict[str, Any]:
+    """The arguments of ``a`` that torch's own DataLoader takes (no ``shuffle`` for a dataset
+    whose length is not known yet: torch's RandomSampler would ask it; unstall's order runs)."""
+    out = {k: v for k, v in a.items() if k not in EXTRAS}
+    if out.get("shuffle") and getattr(dataset, "length_known", True) is False:
+        out["shuffle"] = False
+    return out
 
 
 def check_passthrough(dataset: Any, a: dict[str, Any]) -> None:

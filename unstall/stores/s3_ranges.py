@@ -91,7 +91,10 @@ class RangeOps:
         ``dest`` is always whole. ``then(dest, key)`` runs on a thread as each object is
         present (downloaded here or by another process), under its lock, while the others
         still arrive (e.g. indexing a shard and saving its index); its results come back
-        in the items' order. One object failing does not stop the others: the call raises
+        in the items' order. A ``then`` with ``scanner(key, size)`` is given what it returns
+        (``feed(pos, piece)``, fed each piece as it is written, in order: a shard indexed
+        as it streams in) as ``then(dest, key, scan)`` for an object downloaded here in one
+        stream. One object failing does not stop the others: the call raises
         its error once they are done. No bound on the whole call: progress is bounded per
         piece.
         """
@@ -99,18 +102,23 @@ class RangeOps:
         # it waits for one object, not for ``parallel`` sharing the link), then ``parallel``
         slots = asyncio.Semaphore(1)
         ramp = [max(1, parallel) - 1]
+        scanner = getattr(then, "scanner", None)
 
         async def one(key: str, dest: str, size: int, etag: str | None) -> Any:
             loop = asyncio.get_running_loop()
             async with slots:
                 held = await loop.run_in_executor(None, locks.lock, dest + ".lock")
                 try:
+                    scan = None
                     if not os.path.exists(dest):
-                        await self._download(key, dest, size, etag)
+                        if scanner is not None and len(chunks(size)) == 1:  # bytes in order
+                            scan = scanner(key, size)
+                        await self._download(key, dest, size, etag, scan)
                     self._flush()  # type: ignore[attr-defined]
-                    return (
-                        None if then is None else await loop.run_in_executor(None, then, dest, key)
-                    )
+                    if then is None:
+                        return None
+                    args = (dest, key) if scan is None else (dest, key, scan)
+                    return await loop.run_in_executor(None, then, *args)
                 finally:
                     locks.unlock(held)
                     for _ in range(ramp[0]):  # the first is done (or failed): the others
@@ -132,13 +140,17 @@ class RangeOps:
             self._flush()  # type: ignore[attr-defined]
 
     # Internals --------------------------------------------------------------------
-    async def _download(self, key: str, dest: str, size: int, etag: str | None) -> None:
+    async def _download(
+        self, key: str, dest: str, size: int, etag: str | None, scan: Any = None
+    ) -> None:
         part = f"{dest}.part.{os.getpid()}"
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             if size:
                 os.ftruncate(fd, size)
-            await asyncio.gather(*(self._stream_into(fd, key, a, b, etag) for a, b in chunks(size)))
+            await asyncio.gather(
+                *(self._stream_into(fd, key, a, b, etag, scan) for a, b in chunks(size))
+            )
         except BaseException:
             os.close(fd)
             os.unlink(part)
@@ -146,8 +158,11 @@ class RangeOps:
         os.close(fd)
         os.replace(part, dest)
 
-    async def _stream_into(self, fd: int, key: str, start: int, end: int, etag: str | None) -> None:
-        """Bytes ``[start, end)`` of ``key`` written at the same offsets of ``fd`` as they arrive.
+    async def _stream_into(
+        self, fd: int, key: str, start: int, end: int, etag: str | None, scan: Any = None
+    ) -> None:
+        """Bytes ``[start, end)`` of ``key`` written at the same offsets of ``fd`` as they arrive
+        (and fed to ``scan``, in order, as each is written).
 
         A stream that fails part way is resumed from the first byte not yet written
         (each attempt counts as a request); one that makes no progress for the
@@ -171,6 +186,8 @@ class RangeOps:
                         f"short read: stream ended at byte {pos} of {end}"
                     ) from None
                 os.pwrite(fd, piece, pos)
+                if scan is not None:
+                    scan.feed(pos, piece)
                 pos += len(piece)
                 self._count("bytes", len(piece))  # type: ignore[attr-defined]
 

@@ -51,9 +51,12 @@ def test_a_stopped_survey_resumes_without_rereading_finished_shards(s3_tars, sea
     url, _paths, opts = s3_tars
     failing = FailOne(seaweed.endpoint, failing="train-000002.tar")
     with failing as proxy, pytest.raises(StoreError, match="train-000002"):
-        TarShards(url, disk=disk, **{**opts, "endpoint": proxy.endpoint, "retries": 1})
+        # disk=0: the survey runs as the dataset is made; "auto" (shards kept): the first
+        # shard then, the others in the background, and len() waits for them
+        len(TarShards(url, disk=disk, **{**opts, "endpoint": proxy.endpoint, "retries": 1}))
     with DelayProxy(seaweed.endpoint) as proxy:
         ds = TarShards(url, disk=disk, **{**opts, "endpoint": proxy.endpoint})
+        assert len(ds) == N
         gets = shard_gets(proxy)
         assert ds.stats()["shards"]["index"] == {"local": 3, "beside": 0, "built": 1}
         assert {k: v for k, v in gets.items() if k.endswith(".tar")} == {"train-000002.tar": 1}
@@ -115,8 +118,8 @@ def test_a_shard_rewritten_after_its_index_was_stored_is_indexed_again(
     upload(url.split("/", 3)[3], [paths[1]])
     monkeypatch.setenv("UNSTALL_CACHE_DIR", str(tmp_path / "node2"))
     ds = TarShards(url, **opts)
+    assert len(ds) == N + 2  # shard 1 indexed again (as it lands, or by len())
     assert ds.stats()["shards"]["index"] == {"local": 0, "beside": SHARDS - 1, "built": 1}
-    assert len(ds) == N + 2
     ids = [ds[i][1] for i in range(len(ds))]
     new = list(range(1000, 1000 + PER_SHARD + 2))
     assert ids == list(range(PER_SHARD)) + new + list(range(2 * PER_SHARD, N))
@@ -186,3 +189,15 @@ def test_manifest_holds_every_table_and_skips_a_rewritten_shard(tmp_path):
         assert np.array_equal(have.member_off, want.member_off)
         assert np.array_equal(have.extra["cls"], want.extra["cls"])
     assert from_manifest(b"not a manifest", infos) == {}
+
+
+def test_index_command_keeping_copies_indexes_every_shard(s3_tars, seaweed):
+    """`unstall index URL --keep-copies`: the shards land (and are indexed) in the background;
+    the command waits for every one; training on this node then reads nothing."""
+    url, _paths, opts = s3_tars
+    text = _index_command(url, seaweed, "--keep-copies", "--local-only")
+    assert f"{SHARDS} tar shards, {N} samples indexed" in text
+    ds = TarShards(url, **opts)
+    stats = ds.stats()["shards"]
+    assert ds.length_known and stats["local_shards"] == SHARDS and stats["requests"] == 0
+    assert [ds[i][1] for i in range(N)] == list(range(N))

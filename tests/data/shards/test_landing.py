@@ -38,7 +38,9 @@ def test_first_batch_needs_only_its_shard(indexed, monkeypatch):
     """No background download (only the batches' own fetches): the first batch of epoch 0
     has fetched one shard, not the dataset; epoch 0 keeps each window's samples together."""
     url, opts = indexed
-    monkeypatch.setattr(ShardFiles, "start_background", lambda self, location, infos: None)
+    monkeypatch.setattr(
+        ShardFiles, "start_background", lambda self, location, infos, then=None: None
+    )
     ds = TarShards(url, **opts)
     stats = ds.stats()["shards"]
     assert stats["read"] == "whole shards on local disk"

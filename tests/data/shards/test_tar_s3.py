@@ -30,6 +30,8 @@ def _loader(ds, **kw):
 def test_whole_shards_once_then_local(s3_tars):
     url, _paths, opts = s3_tars
     ds = TarShards(url + "/train-{000000..000003}.tar", **opts)
+    assert ds.stats()["shards"]["local_shards"] >= 1  # the first now, the others landing
+    assert len(ds) == N  # waits for every shard, each indexed as it landed
     built = ds.stats()["shards"]
     assert built["read"] == "whole shards on local disk"
     assert built["requests"] == SHARDS  # the first full read: one GET per shard, no extra pass
@@ -88,7 +90,7 @@ def test_truncated_shard_on_s3_names_shard_and_member(s3_tars, upload):
     paths[3].write_bytes(paths[3].read_bytes()[:cut])
     upload(url.split("/", 3)[3], [paths[3]])
     with pytest.raises(ShardFormatError, match=r"train-000003\.tar.*truncated.*s000040\.jpg"):
-        TarShards(url, **opts)
+        len(TarShards(url, **opts))  # shard 3 is indexed in the background; len() waits for it
 
 
 @pytest.mark.serial  # background downloads and eviction race a busy neighbour on 2 cores
@@ -170,6 +172,7 @@ def test_cache_list_and_clear_show_shard_copies(s3_tars, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")
     url, paths, opts = s3_tars
     ds = TarShards(url, **opts)
+    assert len(ds) == N  # every shard landed
     total = sum(p.stat().st_size for p in paths)
     assert main(["cache", "list"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if url in line]
@@ -196,6 +199,7 @@ def test_a_cut_download_resumes_where_it_stopped(s3_tars, seaweed, monkeypatch):
     cut = {"faults": ("truncate",), "truncate_after": 3000}  # the head, then part of the body
     with DelayProxy(seaweed.endpoint, fail_rate=0.5, seed=5, **cut) as proxy:
         ds = TarShards(url, **{**opts, "endpoint": proxy.endpoint})
+        assert len(ds) == N
         stats = ds.stats()["shards"]
         assert proxy.stats.faults["truncate"] > 0 and stats["retries"] > 0
         assert stats["bytes"] == sum(p.stat().st_size for p in paths)

@@ -10,12 +10,14 @@ budget (the default) are downloaded whole once per node (`ShardFiles`), in the b
 in the order the epoch needs them; larger datasets read a batch's spans with a few
 coalesced range GETs per shard (`plan_ranges`). Every request goes through the location's
 store (`unstall.stores`). Making the dataset lists the shards and finds each one's index
-(`survey`); with a stored index (local, or beside the shards) it reads no shard.
+(`survey`); with a stored index (local, or beside the shards) it reads no shard. A fresh
+remote tar dataset indexes its first shard then and the others as they land (`growing`):
+its length is known once they have (``length_known``; ``len()`` waits for them), and
+epoch 0 streams window by window meanwhile.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Sequence
@@ -24,10 +26,10 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from unstall.data.shards import order, survey
-from unstall.data.shards.index import ShardIndex, ShardInfo, ShardTable
+from unstall.data.shards import growing, order, report, survey
+from unstall.data.shards.index import ShardInfo, ShardTable
 from unstall.data.shards.location import Location
-from unstall.data.shards.ranges import plan_ranges
+from unstall.data.shards.ranges import fetch_ranges
 from unstall.data.shards.shard_files import ShardFiles
 from unstall.data.shards.urls import resolve
 from unstall.errors import EmptyDatasetError, SampleError
@@ -64,6 +66,8 @@ class ShardDataset(torch.utils.data.Dataset):
     """
 
     kind = "shards"
+    #: a format whose shards are indexed as they land (tar: the index needs the whole shard)
+    lazy_index = False
     suffixes: tuple[str, ...] = ()
     default_image: str | None = IMAGE_FIELDS
     default_label: str | None = "cls"
@@ -99,20 +103,49 @@ class ShardDataset(torch.utils.data.Dataset):
             self.files = ShardFiles(self.location.url)
         # the LIST, and each shard's index (stored, or built now and saved per shard)
         infos = survey.survey(self, keys, disk)
-        infos, tables = self._tables(infos)
-        self.location.listed = {}  # the whole listing: not carried into workers
-        self.index = ShardIndex(infos, tables)
         auto = self.location.remote and self.keep
         self.first_window = self.shuffle_mode == "full" and (
             auto if first_epoch == "auto" else first_epoch == "window"
         )
-        if len(self.index) == 0:
+        #: tar shards not indexed yet, kept on local disk, epoch 0 in windows: each is indexed
+        #: as it lands, in the background; the first batch waits for the first shard only
+        self._defer = self.lazy_index and self.first_window and auto
+        infos, tables = self._tables(infos)
+        self.location.listed = {}  # the whole listing: not carried into workers
+        self._growth = growing.Growth(self, infos, tables)
+        self._growth.start()
+        if self.length_known and len(self.index) == 0:
             raise EmptyDatasetError(f"the shards under {self.location.url!r} hold no samples")
         self._check_fields()
+        self._set_spans()
+
+    def _set_spans(self) -> None:
         #: Raw bytes of a sample: its whole span, or (``direct``) only its image, with the
         #: label from the index: no copy in ``prepare``, fewer bytes read (`_direct_spans`).
         self.spans, self.direct_labels = self._direct_spans()
         self.direct = self.direct_labels is not None
+
+    @property
+    def length_known(self) -> bool:
+        """Whether every shard is indexed (the sample count known): while False, ``len()``
+        first indexes the rest (`complete`); `unstall.DataLoader` streams epoch 0 instead."""
+        return self._growth.complete
+
+    def complete(self) -> None:
+        """Index every shard not indexed yet, now (shown with a progress bar); ``len()``,
+        ``fingerprint()`` and a cache ask for it. Each shard's index is saved as it is done."""
+        if not self.length_known:
+            self._growth.finish()
+            if len(self.index) == 0:
+                raise EmptyDatasetError(f"the shards under {self.location.url!r} hold no samples")
+
+    def _cover(self, index: int) -> None:
+        """Make the index reach sample ``index`` (a worker: from the index files the main
+        process's shards left; else by indexing every shard, `complete`)."""
+        if index >= len(self.index) and not self.length_known:
+            self._growth.advance()
+            if index >= len(self.index):
+                self.complete()
 
     def _direct_spans(self) -> tuple[np.ndarray, np.ndarray | None]:
         """(span per sample, labels) when a format can read the image alone, else
@@ -128,12 +161,18 @@ class ShardDataset(torch.utils.data.Dataset):
         """Write each shard's index beside the shards (``_unstall_index/<format>/``), so other
         nodes and later runs read no shard to index it (`unstall index URL`); returns the
         number of index objects written. The store must be writable."""
+        self.complete()
         return survey.publish(self)
 
     def _build(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
         """Index these shards (not indexed yet, or changed since); a format may save each
         table in ``directory`` as it completes (`index.save`)."""
         raise NotImplementedError
+
+    def _on_landing(self, infos: list[ShardInfo], directory: str) -> Any:
+        """``then(path, key)`` for a background download of these shards: index each as it
+        lands (a format whose index needs the whole shard), or None."""
+        return None
 
     def _check_fields(self) -> None:
         """Fail at construction, naming the fields there are, when image or label is absent."""
@@ -149,9 +188,11 @@ class ShardDataset(torch.utils.data.Dataset):
 
     # Dataset ----------------------------------------------------------------------------
     def __len__(self) -> int:
+        self.complete()
         return len(self.index)
 
     def shard_of(self, index: int) -> ShardInfo:
+        self._cover(index)
         return self.index.shards[int(self.index.sample_shard[index])]
 
     def key(self, index: int) -> str:
@@ -160,6 +201,7 @@ class ShardDataset(torch.utils.data.Dataset):
 
     def fingerprint(self) -> str:
         """Identifies the data: format, location and layout (`ShardIndex.fingerprint`)."""
+        self.complete()
         digest = hashlib.blake2b(f"{self.kind}\0{self.location.url}\0".encode(), digest_size=16)
         digest.update(self.index.fingerprint().encode())
         digest.update(b"image-only" if self.direct else b"whole-sample")  # what raw bytes hold
@@ -168,6 +210,7 @@ class ShardDataset(torch.utils.data.Dataset):
     def versions(self) -> np.ndarray:
         """Each sample's version (int64): its shard's size and ETag or mtime, hashed, so a
         cache that outlives a rewrite (``Cache(name=...)``, kept segments) never serves it."""
+        self.complete()
         if getattr(self, "_versions", None) is None:
             from unstall.stores.listing import etag_versions
 
@@ -180,12 +223,16 @@ class ShardDataset(torch.utils.data.Dataset):
     def raw_sizes(self, indices: Sequence[int]) -> np.ndarray:
         """Bytes `fetch` gives for each of ``indices``, from the index: a cache sizes itself
         without reading a sample (16 reads per job before; range GETs on S3)."""
+        if len(indices):
+            self._cover(int(np.max(indices)))
         spans = self.spans[np.asarray(indices, dtype=np.int64)]
         return spans[:, 1] - spans[:, 0]
 
     def fetch(self, indices: Sequence[int]) -> list[bytes]:
         """Raw bytes (the shard span) of each sample, in order."""
         idx = np.asarray(indices, dtype=np.int64)
+        if idx.size:
+            self._cover(int(idx.max()))
         if idx.size and (idx.min() < 0 or idx.max() >= len(self.index)):
             bad = int(idx[(idx < 0) | (idx >= len(self.index))][0])
             raise IndexError(f"sample index {bad} out of range for {len(self.index)} samples")
@@ -207,22 +254,7 @@ class ShardDataset(torch.utils.data.Dataset):
             if self.windowed:  # open descriptors keep an evicted file readable
                 self.files.evict(self.disk_budget, keep=needed)
             return out
-        return self._fetch_ranges(shards, spans)
-
-    def _fetch_ranges(self, shards: list[int], spans: list[list[int]]) -> list[bytes]:
-        """Spans read with coalesced range GETs, every shard's ranges in flight at once."""
-        by_shard: dict[int, list[int]] = {}
-        for k, s in enumerate(shards):
-            by_shard.setdefault(s, []).append(k)
-        plans = {s: plan_ranges([spans[k] for k in ks]) for s, ks in by_shard.items()}
-        items = [(self.index.shards[s], [r for r, _ in plans[s]]) for s in by_shard]
-        got = self.location.read_ranges(items)
-        out: list[bytes] = [b""] * len(shards)
-        for (s, ks), blobs in zip(by_shard.items(), got, strict=True):
-            for blob, (_rng, parts) in zip(blobs, plans[s], strict=True):
-                for j, a, b in parts:
-                    out[ks[j]] = blob[a:b]
-        return out
+        return fetch_ranges(self, shards, spans)
 
     #: the loader names each worker's next batch (`prefetch`): window mode fetches its shards
     prefetches = True
@@ -230,19 +262,9 @@ class ShardDataset(torch.utils.data.Dataset):
     def prefetch(self, indices: Sequence[int]) -> None:
         """Start copying the shards of upcoming samples (remote shards kept or windowed; a
         hint, never raises)."""
-        if self.files is None or not (self.windowed or self.keep):
-            return
-        infos = self.index.shards
-        needed = [infos[s] for s in dict.fromkeys(self.index.sample_shard[list(indices)].tolist())]
-        missing = [i for i in needed if not self.files.have(i)]
-        if missing and not self.files.background_running():
-            import threading
-
-            def run() -> None:
-                with contextlib.suppress(Exception):  # the batch's own fetch reports failures
-                    self.files.ensure(self.location, missing)  # type: ignore[union-attr]
-
-            threading.Thread(target=run, daemon=True, name="unstall-shard-prefetch").start()
+        if self.files is not None and (self.windowed or self.keep) and len(indices):
+            self._cover(int(max(indices)))
+            self._growth.prefetch(indices)
 
     def fields(self, index: int, raw: bytes) -> dict[str, Any]:
         """Sample ``index``'s fields by name, from its raw bytes."""
@@ -255,10 +277,16 @@ class ShardDataset(torch.utils.data.Dataset):
     def prepare(self, index: int, raw: bytes) -> Any:
         """``(transform(image), label)``, ``transform(image)``, or the dict of fields."""
         if self.direct:  # raw is the image itself; the label was read into the index
+            label = int(self.direct_labels[index])  # type: ignore[index]
+            if label == -2:  # `tar.NO_IMAGE`: a shard indexed after the choice lacks one
+                raise SampleError(
+                    f"sample {index} ({self.key(index)}) has no field {self.image!r}",
+                    index=index,
+                    key=self.key(index),
+                )
             x = self._transform(index, raw)
             if self.label is None:
                 return x
-            label = int(self.direct_labels[index])  # type: ignore[index]
             if label < 0:
                 raise SampleError(
                     f"sample {index} ({self.key(index)}): its {self.label!r} field is missing "
@@ -337,63 +365,36 @@ class ShardDataset(torch.utils.data.Dataset):
         in the background in the order this epoch needs them.
         """
         if self.shuffle_mode == "window":
+            self.complete()
             out = order.window_order(self.index.shard_first, self.window, seed=seed, epoch=epoch)
         elif self.first_window and epoch == 0:
+            if not self.length_known:  # streamed, window by window, as the shards are indexed
+                self._download_ahead(None)
+                n, growth = len(self._growth.infos), self._growth
+                return order.Streamed(
+                    lambda: order.first_epoch_windows(
+                        n, self.window, seed=seed, epoch=epoch, shard_first=growth.shard_first
+                    )
+                )
             out = order.first_epoch_order(
                 self.index.shard_first, self.window, seed=seed, epoch=epoch
             )
         else:
-            out = None
+            out = None  # the loader's permutation: it asks len() (every shard indexed) first
         self._download_ahead(out)
         return out
 
     def _download_ahead(self, samples: np.ndarray | None) -> None:
-        """Shards of remote data kept on local disk, downloaded in the background in the
-        order ``samples`` need them (shard order for the full permutation: every batch
-        needs most shards)."""
-        if not (self.keep and self.files is not None):
-            return
-        shards = (
-            range(len(self.index.shards))
-            if samples is None
-            else order.shards_in_order(self.index.sample_shard, samples)
-        )
-        self.files.start_background(self.location, [self.index.shards[s] for s in shards])
+        """Remote shards kept on local disk: downloaded in the background in the order
+        ``samples`` need them (`growing.Growth.ahead`)."""
+        if self.keep and self.files is not None:
+            self._growth.ahead(samples)
 
     # Stats ------------------------------------------------------------------------------
     def mode(self) -> str:
         """How samples are read: local files, whole shards on local disk, or range GETs."""
-        if not self.location.remote:
-            return "local files, read in place"
-        if self.keep:
-            return "whole shards on local disk"
-        if self.windowed:
-            return (
-                f"whole shards of the current window on local disk, older ones evicted "
-                f"beyond {self.disk_budget} bytes"
-            )
-        return "coalesced range GETs"
+        return report.mode(self)
 
     def stats(self) -> dict[str, Any]:
         """``{"shards": ...}``: format, read mode, shuffle mode and its cost, requests."""
-        out: dict[str, Any] = {
-            "format": self.kind,
-            "location": self.location.url,
-            "shards": len(self.index.shards),
-            "samples": len(self.index),
-            "read": self.mode(),
-            "shuffle": order.describe(self.shuffle_mode, self.window, len(self.index.shards)),
-            "first_epoch": (
-                order.describe_first(self.window, len(self.index.shards))
-                if self.first_window
-                else "as the other epochs"
-            ),
-            "index": dict(self.index_sources),
-        }
-        if self.location.remote:
-            out.update(self.location.stats())
-            assert self.files is not None
-            out["disk_budget_bytes"] = self.disk_budget
-            out["local_dir"] = self.files.dir
-            out["local_shards"] = sum(self.files.have(i) for i in self.index.shards)
-        return {"shards": out}
+        return report.stats(self)

@@ -89,7 +89,8 @@ def name_dir(directory: str, location: str) -> None:
             os.replace(tmp, named)
 
 
-def _file(directory: str, info: ShardInfo) -> str:
+def index_file(directory: str, info: ShardInfo) -> str:
+    """The local index file of ``info``'s shard in ``directory``."""
     digest = hashlib.blake2b(info.key.encode(), digest_size=12).hexdigest()
     return os.path.join(directory, f"{digest}.npz")
 
@@ -102,7 +103,7 @@ def beside_key(kind: str, key: str) -> str:
 def load(directory: str, info: ShardInfo) -> ShardTable | None:
     """The stored table of ``info``'s shard if it was built from this size and version."""
     try:
-        with open(_file(directory, info), "rb") as f:
+        with open(index_file(directory, info), "rb") as f:
             return from_bytes(f.read(), info)
     except OSError:
         return None
@@ -155,7 +156,7 @@ def to_bytes(info: ShardInfo, table: ShardTable) -> bytes:
 def save(directory: str, info: ShardInfo, table: ShardTable | bytes) -> None:
     """Store ``table`` for ``info`` (atomically: a reader sees the old file or the new one)."""
     os.makedirs(directory, exist_ok=True)
-    path = _file(directory, info)
+    path = index_file(directory, info)
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     with open(tmp, "wb") as f:
         f.write(table if isinstance(table, bytes) else to_bytes(info, table))

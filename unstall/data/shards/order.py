@@ -14,6 +14,8 @@ The order is a pure function of (seed, epoch): exactly once and exact resume hol
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import numpy as np
 
 MODES = ("full", "window")
@@ -38,24 +40,55 @@ def window_order(shard_first: np.ndarray, window: int, *, seed: int, epoch: int)
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-def first_epoch_order(shard_first: np.ndarray, window: int, *, seed: int, epoch: int) -> np.ndarray:
-    """Every sample once, for an epoch that starts while the shards still arrive: shards
-    permuted (the order they are downloaded in), cut into windows of 1, 2, 4 ... ``window``
-    shards whose samples are permuted together. The first batch needs one shard; each
-    window's shards land while the windows before it are read."""
-    n_shards = len(shard_first) - 1
+def first_epoch_windows(
+    n_shards: int,
+    window: int,
+    *,
+    seed: int,
+    epoch: int,
+    shard_first: Callable[[int], np.ndarray],
+) -> Iterator[np.ndarray]:
+    """Every sample once, window by window, for an epoch that starts while the shards still
+    arrive: shards in their (key) order, cut into windows of 1, 2, 4 ... ``window`` shards
+    whose samples are permuted together. The first batch needs one shard; each window's
+    shards land (and are indexed) while the windows before it are read.
+
+    ``shard_first(end)``: where each shard starts for at least shards ``[0, end)`` and
+    ``end`` itself (waits, while shards are still indexed, until they are). Shards go in
+    key order because a sample's number is only known once the shards before it are
+    indexed."""
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, 0x1F57])))
-    shard_order = rng.permutation(n_shards)
-    parts, w, size = [], 0, 1
+    w, size = 0, 1
     while w < n_shards:
-        members = [
-            np.arange(shard_first[s], shard_first[s + 1], dtype=np.int64)
-            for s in shard_order[w : w + size]
-        ]
-        parts.append(rng.permutation(np.concatenate(members)))
-        w += size
-        size = min(window, 2 * size)
+        end = min(n_shards, w + size)
+        first = shard_first(end)
+        yield rng.permutation(np.arange(first[w], first[end], dtype=np.int64))
+        w, size = end, min(window, 2 * size)
+
+
+def first_epoch_order(shard_first: np.ndarray, window: int, *, seed: int, epoch: int) -> np.ndarray:
+    """`first_epoch_windows` as one array, for a dataset whose every shard is indexed."""
+    parts = list(
+        first_epoch_windows(
+            len(shard_first) - 1,
+            window,
+            seed=seed,
+            epoch=epoch,
+            shard_first=lambda _end: shard_first,
+        )
+    )
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+class Streamed:
+    """An epoch's order given window by window (``chunks()``), while the shards are still
+    indexed: the loader cuts it into batches as it comes (`unstall.loader.sampling`)."""
+
+    def __init__(self, chunks: Callable[[], Iterator[np.ndarray]]):
+        self._chunks = chunks
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        return self._chunks()
 
 
 def shards_in_order(sample_shard: np.ndarray, samples: np.ndarray) -> list[int]:
@@ -69,10 +102,10 @@ def describe_first(window: int, n_shards: int) -> str:
     """What epoch 0 gives up when it starts while the shards arrive, for `stats()`."""
     w = min(window, n_shards)
     return (
-        f"epoch 0 in shard-window order: shards in download order, samples permuted within "
-        f"windows of 1, 2, 4 ... {w} of {n_shards} shards (training starts when the first "
-        f"shard lands; epoch 0's mixing is limited to a window); the full permutation from "
-        "epoch 1"
+        f"epoch 0 in shard-window order: shards in key order (as they are downloaded and "
+        f"indexed), samples permuted within windows of 1, 2, 4 ... {w} of {n_shards} shards "
+        "(training starts when the first shard lands; epoch 0's mixing is limited to a "
+        "window and its shard sequence is not shuffled); the full permutation from epoch 1"
     )
 
 

@@ -82,10 +82,11 @@ class ShardFiles:
         self.downloaded += len(todo)
         return {info.key: r for info, r in zip(todo, results, strict=True)}
 
-    def start_background(self, location: Any, infos: list[ShardInfo]) -> None:
+    def start_background(self, location: Any, infos: list[ShardInfo], then: Any = None) -> None:
         """Download the missing shards of ``infos`` in that order (the epoch's), in a thread,
         and return at once; the first land first (`unstall.stores.s3_ranges.DOWNLOADS` at a
-        time). Failures are left to the batches' own fetches, which retry them."""
+        time); ``then(path, key)`` runs on each as it lands (indexing it). Failures are left
+        to the batches' own fetches, which retry them."""
         import threading
 
         missing = [i for i in dict.fromkeys(infos) if not self.have(i)]
@@ -96,7 +97,7 @@ class ShardFiles:
 
         def run() -> None:
             with contextlib.suppress(Exception):
-                location.download([(info, self.path(info)) for info in missing])
+                location.download([(info, self.path(info)) for info in missing], then)
 
         thread = threading.Thread(target=run, daemon=True, name="unstall-shard-downloads")
         self._background = (thread, pid, {i.key for i in missing})

@@ -58,21 +58,25 @@ def disk_budget(dataset_bytes: int) -> int:
     return auto_disk_bytes(dataset_bytes)
 
 
-def gather(ds: Any, infos: list[ShardInfo]) -> list[ShardTable]:
+def gather(ds: Any, infos: list[ShardInfo]) -> list[ShardTable | None]:
     """Each shard's table: stored locally, stored beside the shards, or built (`ds._build`)
-    and saved. Sets ``ds.index_sources`` (how many shards came from where)."""
+    and saved; with ``ds._defer``, None for the shards to be indexed as they land
+    (`growing.Growth`). Sets ``ds.index_sources`` (how many shards came from where)."""
     directory = index_dir(ds.location.url, ds.kind)
     tables: list[ShardTable | None] = [load(directory, info) for info in infos]
     local = sum(t is not None for t in tables)
     beside = from_beside(ds, directory, infos, tables) if ds.beside_index else 0
     todo = [i for i, t in enumerate(tables) if t is None]
+    if todo and getattr(ds, "_defer", False):
+        ds.index_sources = {"local": local, "beside": beside, "built": 0}
+        return tables
     if todo:
         built = ds._build([infos[i] for i in todo], directory)
         for i, table in zip(todo, built, strict=True):
             save(directory, infos[i], table)
             tables[i] = table
     ds.index_sources = {"local": local, "beside": beside, "built": len(todo)}
-    return tables  # type: ignore[return-value]  # every None was filled
+    return tables
 
 
 def from_beside(
@@ -114,8 +118,9 @@ def publish(ds: Any) -> int:
     infos = list(ds.index.shards)
     tables = gather(ds, infos)  # stored locally or beside by now: nothing is read again
     ds.index_sources = sources
+    assert all(t is not None for t in tables)
     pairs = zip(infos, tables, strict=True)
-    items = [(beside_key(ds.kind, i.key), to_bytes(i, t)) for i, t in pairs]
-    items.append((manifest_key(ds.kind), to_manifest(infos, tables)))
+    items = [(beside_key(ds.kind, i.key), to_bytes(i, t)) for i, t in pairs]  # type: ignore[arg-type]
+    items.append((manifest_key(ds.kind), to_manifest(infos, tables)))  # type: ignore[arg-type]
     ds.location.put_many(items)
     return len(items)

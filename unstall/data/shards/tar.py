@@ -18,10 +18,13 @@ from typing import Any
 import numpy as np
 
 from unstall.data.shards.dataset import ShardDataset
-from unstall.data.shards.index import ShardInfo, ShardTable, load, save
+from unstall.data.shards.index import ShardInfo, ShardTable, index_file, load, save
+from unstall.data.shards.tar_scan import LABEL_BYTES, TarScan
 from unstall.errors import SampleError
 
 SUFFIXES = (".tar",)
+#: ``direct_labels`` value of a sample with no image field (`ShardDataset.prepare` names it)
+NO_IMAGE = -2
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)[.]([^/]*)$")
 
 
@@ -29,15 +32,22 @@ class ShardFormatError(SampleError):
     """A shard is truncated or corrupt: the message names the shard and the member."""
 
 
-def index_tar(path: str, shard: str) -> ShardTable:
-    """The samples of the tar file at ``path`` (named ``shard`` in messages)."""
-    size = os.path.getsize(path)
-    try:
-        members, end = _members_fast(path, shard, size)
-    except _Unusual:  # pax or GNU long-name headers, base-256 sizes: Python's tarfile reads them
-        members, end = _members_tarfile(path, shard, size)
-    last = members[-1][0] if members else "(the first member)"
-    _check_tail(path, shard, size, end, last)
+def index_tar(path: str, shard: str, scan: TarScan | None = None) -> ShardTable:
+    """The samples of the tar file at ``path`` (named ``shard`` in messages); ``scan``: its
+    headers read as its bytes streamed in (`TarScan`), used when it read the shard cleanly."""
+    scanned = scan.result() if scan is not None else None
+    if scanned is not None:
+        members, _end, values = scanned
+        read: Any = lambda offset, n: values.get(offset, b"")  # noqa: E731
+    else:
+        size = os.path.getsize(path)
+        try:
+            members, end = _members_fast(path, shard, size)
+        except _Unusual:  # pax or GNU long-name headers, base-256 sizes: `tarfile` reads them
+            members, end = _members_tarfile(path, shard, size)
+        last = members[-1][0] if members else "(the first member)"
+        _check_tail(path, shard, size, end, last)
+        read = _pread(path)
     keys: list[str] = []
     spans: list[tuple[int, int]] = []
     first = [0]
@@ -72,7 +82,7 @@ def index_tar(path: str, shard: str) -> ShardTable:
     if current is not None:
         first.append(len(m_off))
     return ShardTable(
-        extra={"cls": _labels(path, fields.get("cls"), first, m_field, m_off, m_size, spans)},
+        extra={"cls": _labels(read, fields.get("cls"), first, m_field, m_off, m_size, spans)},
         keys=keys,
         spans=np.array(spans, dtype=np.int64).reshape(-1, 2),
         fields=list(fields),
@@ -83,8 +93,18 @@ def index_tar(path: str, shard: str) -> ShardTable:
     )
 
 
+def _pread(path: str) -> Any:
+    """``read(offset, n)`` of the file at ``path``."""
+
+    def read(offset: int, n: int) -> bytes:
+        with open(path, "rb") as f:
+            return os.pread(f.fileno(), n, offset)
+
+    return read
+
+
 def _labels(
-    path: str,
+    read: Any,
     cls: int | None,
     first: list[int],
     m_field: list[int],
@@ -93,17 +113,16 @@ def _labels(
     spans: list[tuple[int, int]],
 ) -> np.ndarray:
     """Each sample's ``.cls`` value (-1 where missing or not a non-negative integer), read
-    while indexing, so a sample's label needs no bytes of the sample."""
+    while indexing (``read(offset, n)``), so a sample's label needs no bytes of the sample."""
     out = np.full(len(spans), -1, dtype=np.int64)
     if cls is None:
         return out
-    with open(path, "rb") as f:
-        for s in range(len(spans)):
-            for m in range(first[s], first[s + 1]):
-                if m_field[m] == cls and m_size[m] <= 32:
-                    text = os.pread(f.fileno(), m_size[m], spans[s][0] + m_off[m]).strip()
-                    if text.isdigit():
-                        out[s] = int(text)
+    for s in range(len(spans)):
+        for m in range(first[s], first[s + 1]):
+            if m_field[m] == cls and m_size[m] <= LABEL_BYTES:
+                text = read(spans[s][0] + m_off[m], m_size[m]).strip()
+                if text.isdigit():
+                    out[s] = int(text)
     return out
 
 
@@ -208,11 +227,19 @@ class IndexThen:
     def __init__(self, directory: str, infos: dict[str, ShardInfo], *, remove: bool = False):
         self.directory, self.infos, self.remove = directory, infos, remove
 
-    def __call__(self, path: str, key: str) -> ShardTable:
+    def scanner(self, key: str, size: int) -> TarScan | None:
+        """What the download of ``key`` feeds its bytes to as they stream in (None when its
+        index is stored already): the shard is indexed when its last byte lands."""
+        info = self.infos.get(key)
+        if info is None or os.path.exists(index_file(self.directory, info)):
+            return None
+        return TarScan(size)
+
+    def __call__(self, path: str, key: str, scan: TarScan | None = None) -> ShardTable:
         info = self.infos[key]
         table = load(self.directory, info)
         if table is None:
-            table = index_tar(path, key)
+            table = index_tar(path, key, scan)
             save(self.directory, info, table)
         if self.remove:
             os.unlink(path)
@@ -223,12 +250,18 @@ class TarShards(ShardDataset):
     """WebDataset ``.tar`` shards, read in place, by sample index (see `ShardDataset`).
 
     Default fields: the image from ``jpg``/``jpeg``/``png``/``webp``, the label from
-    ``cls``. On S3 the index comes from the first full read of each shard, which is
-    also the download that serves epoch 1 from local disk.
+    ``cls``. On S3 the index comes from the first full read of each shard (its headers
+    parsed as its bytes stream in, `TarScan`), which is also the download that serves the
+    epochs from local disk; with no index stored, the shards land in the background after
+    the first, and the length is known once they have (`growing`).
     """
 
     kind = "tar"
     suffixes = SUFFIXES
+    lazy_index = True  # a tar's index is its headers, through the whole shard: built as it lands
+
+    def _on_landing(self, infos: list[ShardInfo], directory: str) -> Any:
+        return IndexThen(directory, {i.key: i for i in infos})
 
     def _build(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
         if not self.location.remote:
@@ -265,11 +298,15 @@ class TarShards(ShardDataset):
         # per sample, the member with the best rank: sort by (sample, rank), take the first
         order = np.lexsort((member_rank, owner))
         firsts = order[np.searchsorted(owner[order], np.arange(len(idx)))]
-        if np.any(member_rank[firsts] >= len(ranked)):  # a sample without an image field
+        no_image = member_rank[firsts] >= len(ranked)
+        if np.any(no_image) and not self.__dict__.get("direct"):  # a sample without an image
             return super()._direct_spans()
         start = idx.spans[:, 0] + idx.member_off[firsts]
         spans = np.stack([start, start + idx.member_size[firsts]], axis=1)
-        return spans, idx.extra["cls"]
+        labels = idx.extra["cls"].copy()
+        # shards indexed after the choice (`growing`): such a sample fails as it would have
+        labels[no_image] = NO_IMAGE
+        return spans, labels
 
     def _wanted(self, index: int, raw: bytes) -> dict[str, Any]:
         """Only the image and label members, sliced once (the other members are not copied)."""
