@@ -18,6 +18,7 @@ import torch
 
 import unstall
 from unstall.loader.autotune import Budget, NodeShare, Window, decide, resources
+from unstall.loader.autotune.controller import START_WORKERS
 from unstall.loader.autotune.resources import cores_left, memory_ceiling
 from unstall.loader.autotune.share import SHARE_PREFIX
 from unstall.loader.handoff import leftover_slots
@@ -88,7 +89,7 @@ def test_pool_changes_mid_epoch_give_every_sample_once_with_the_same_draws(persi
         if epoch == 0:
             assert sorted(i for ids, _ in got for i in ids) == list(range(96))
     assert got == expected  # same batches, same order, same random draws
-    start = min(2, len(os.sched_getaffinity(0)))
+    start = min(START_WORKERS, len(os.sched_getaffinity(0)))  # 1: the 1 -> 3 -> 2 -> 1
     assert seen_workers[:12] == [start] * 3 + [3, 3, 3, 2, 2, 2, 1, 1, 1]
     stats = loader.stats()["autotune"]
     assert [h["num_workers"] for h in stats["history"]] == [[start, 3], [3, 2], [2, 1]]
@@ -200,7 +201,7 @@ def test_the_rule_grows_a_waiting_loop_on_its_own(monkeypatch):
     stats = loader.stats()["autotune"]
     assert stats["history"], stats
     first = stats["history"][0]
-    assert first["num_workers"][0] == 2 and first["num_workers"][1] > 2
+    assert first["num_workers"][0] == START_WORKERS and first["num_workers"][1] > 2
     assert first["why"] == "loop waits, cores free"
     assert stats["num_workers"] <= 2 * stats["cores"] == 8  # sleeping workers: I/O-bound
     loader.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from typing import Any
 
 #: Share of the node's available memory new workers may take.
 MEMORY_SHARE = 0.5
@@ -111,3 +112,16 @@ def cores_left(
     if others_waiting and others_ranks:
         left = min(left, cores // (others_ranks + 1))
     return max(1, left)
+
+
+def inflight_store(loader: Any) -> Any:
+    """The store of ``loader``'s dataset whose requests in flight can be turned (it has
+    ``set_inflight`` and ``inflight``, as `unstall.stores.s3.S3Store`), or None."""
+    dataset = getattr(loader, "dataset", None)
+    for store in (
+        getattr(dataset, "store", None),
+        getattr(getattr(dataset, "location", None), "store", None),
+    ):
+        if hasattr(store, "set_inflight") and hasattr(store, "inflight"):
+            return store
+    return None
