@@ -11,6 +11,7 @@ import time
 import pytest
 
 import unstall
+from unstall.loader.autotune import rule
 from unstall.stores.s3 import S3Store
 from unstall.testing import DelayProxy
 
@@ -52,6 +53,7 @@ def test_the_parent_sets_the_requests_in_flight_of_every_worker(seaweed, s3_data
         assert max(low.values()) <= 4, low  # (a cancelled look-ahead may drop a connection)
         assert store.stats()["store"]["max_inflight"] == 3
         assert store.stats()["store"]["inflight_limit"] == 3
+        assert store.queued() > 0  # the limit bound: requests waited for a slot
         store.set_inflight(32)  # the next pool's workers take it before their first batch
         got = [d for batch in loader for d in batch]
         assert got == [s3_data.digests[k] for k in keys]
@@ -64,7 +66,8 @@ def test_the_parent_sets_the_requests_in_flight_of_every_worker(seaweed, s3_data
         store.set_inflight(0)
 
 
-def test_auto_raises_the_requests_in_flight_of_a_fetch_bound_loop(seaweed, s3_data):
+def test_auto_raises_the_requests_in_flight_of_a_fetch_bound_loop(seaweed, s3_data, monkeypatch):
+    monkeypatch.setattr(rule, "MAX_WORKERS", 1)  # no room for more workers: requests instead
     keys = s3_data.keys[:384]
     with DelayProxy(seaweed.endpoint, delay=0.02) as proxy:
         opts = seaweed.store_options(endpoint=proxy.endpoint)
@@ -81,7 +84,9 @@ def test_auto_raises_the_requests_in_flight_of_a_fetch_bound_loop(seaweed, s3_da
             if stats["max_inflight"] > 4:
                 break
     assert "max_inflight" in stats["tuning"]
-    first = next(h for h in stats["history"] if h["max_inflight"][0] != h["max_inflight"][1])
+    changes = [h for h in stats["history"] if h["max_inflight"][0] != h["max_inflight"][1]]
+    assert changes, stats["history"]
+    first = changes[0]
     assert first["max_inflight"] == [4, 8] and first["why"] == "loop waits on requests"
     assert first["num_workers"][0] == first["num_workers"][1]  # no new pool for it
     assert stats["max_inflight"] >= 8

@@ -130,6 +130,11 @@ class S3Store(Store):
             raise ValueError(f"requests in flight {n} must be in [1, 4096]")
         self._stats.set(inflight_limit=n)
 
+    def queued(self) -> int:
+        """Requests so far, over every process sharing the store, that waited for a slot
+        because the requests in flight were at the limit (the limit binds)."""
+        return int(self._stats.get("queued"))
+
     def inflight(self) -> int | None:
         """Requests in flight per process now: the limit `set_inflight` set, else the measured
         choice (`max_inflight` of the first process that probed), else the setting."""

@@ -37,7 +37,7 @@ T = TypeVar("T")
 MIN_INFLIGHT, MAX_INFLIGHT = 16, 256
 #: Look-ahead GETs kept at most, as a multiple of the keys of the largest `prefetch` call.
 AHEAD_KEEP = 2
-_COUNTS = ("requests", "retries", "errors", "bytes", "prefetched")
+_COUNTS = ("requests", "retries", "errors", "bytes", "prefetched", "queued")
 PROBES = 3
 #: The end of a byte range that covers any object: a ranged GET of [0, WHOLE) is the whole object.
 WHOLE = 1 << 62
@@ -327,6 +327,8 @@ class Fetcher(RangeOps):
             if count:
                 self._count("requests", 1)
             t0 = time.perf_counter()
+            if sem is not None and sem.locked():  # the limit binds: a tuner raises it
+                self._count("queued", 1)
             try:
                 async with sem or contextlib.nullcontext():
                     return await (attempt() if limit is None else _within(attempt(), limit))

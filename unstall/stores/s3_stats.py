@@ -16,7 +16,10 @@ from typing import Any
 import numpy as np
 
 #: Counters (summed over processes) and gauges (last value any process wrote).
-COUNTERS = ("requests", "retries", "errors", "bytes", "get_s", "list_requests", "prefetched")
+COUNTERS = (
+    "requests", "retries", "errors", "bytes", "get_s", "list_requests", "prefetched",
+    "queued",  # requests that waited for a slot: the requests-in-flight limit was reached
+)  # fmt: skip
 GAUGES = ("latency_ms", "max_inflight")
 #: Settings the process that made the store sets for every process sharing it (0: unset):
 #: ``inflight_limit``, the requests in flight per process (``num_workers="auto"`` turns it).

@@ -13,9 +13,9 @@ bound for `HOLD_S` seconds. The first window is short (`FIRST_WINDOW_S`: a pool 
 from the right size is plain at once); windows lengthen once settled, except while the
 loop waits; the tuner keeps watching (costs that change, cores that other processes
 take). Where the dataset's store lets its requests in flight be turned
-(`S3Store.set_inflight`), a fetch-bound loop gets more requests per worker before more
-workers; that change needs no new pool. ``schedule`` (tests) replaces the rule with
-fixed steps.
+(`S3Store.set_inflight`), a fetch-bound loop whose requests queue at the limit gets more
+requests per worker once the workers cannot grow; that change needs no new pool.
+``schedule`` (tests) replaces the rule with fixed steps.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class AutoTuner:
         self._windows = 0  # windows closed
         self._store: Any = None  # the dataset's store, where its requests in flight turn
         self.inflight: int | None = None
-        self._inflight_ceiling = 1 << 16
+        self._inflight_ceiling, self._queued = 1 << 16, 0
         self._budget = Budget(self._cores)
         if tune_workers:  # ranks of one job on this node start within their share
             ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
@@ -222,8 +222,11 @@ class AutoTuner:
         budget = self._measure_budget(w, main_cpu)
         self._reset_window()
         self._windows += 1
+        queued = False
         if self._store is not None:  # the store's choice (probed by the workers) until set
             self.inflight = self.inflight or self._store.inflight()
+            count = self._store.queued()  # requests that waited at the limit, so far
+            queued, self._queued = count > self._queued, count
         if self._judge(w):
             return
         if now >= self._hold_until:
@@ -238,6 +241,7 @@ class AutoTuner:
             ceiling=self._ceiling,
             inflight=self.inflight,
             inflight_ceiling=self._inflight_ceiling,
+            queued=queued,
         )
         log.debug(
             "unstall autotune: window %s, budget %s, inflight %s: %s", w, budget, self.inflight, d

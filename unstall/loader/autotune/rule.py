@@ -13,11 +13,13 @@ measurements. What it reads, per window of batches:
 The cap: the cores left hold ``cores / (CPU share of a worker)`` workers (`core_cap`:
 a worker waiting on I/O counts as part of a core), never past the memory ceiling.
 Rules, in order: above the cap -> down to it; the loop waits and cores are free (under
-the cap, idle on the node, workers not crowded) -> grow to the workers the measured
+the cap, idle on the node or I/O-bound workers that never wait for a core, workers not
+crowded) -> grow to the workers the measured
 costs need (at least one more, at most the cap and the idle cores); the loop does not
 wait and workers idle -> shrink to the busy workers plus `HEADROOM`; a store whose requests
-in flight can be turned (S3), the loop waiting on workers that mostly wait on I/O ->
-twice the requests in flight per worker before more processes; with
+in flight can be turned (S3), the loop waiting on workers that mostly wait on I/O with
+requests queued at the limit, and no room for more workers -> twice the requests in
+flight; with
 ``prefetch_factor="auto"``, the loop waits while the workers idle (bursty costs) -> more
 tasks in flight.
 """
@@ -42,6 +44,8 @@ MAX_PREFETCH = 8
 IO_WORKERS_PER_CORE = 2
 #: Workers using less than this share of a core while busy wait on I/O (fetch-bound).
 IO_SHARE = 0.5
+#: Runnable-but-waiting time per task second below which I/O-bound workers are not crowded.
+UNCROWDED = 0.1
 #: The most requests in flight per worker ``"auto"`` asks a store for.
 MAX_INFLIGHT = 256
 
@@ -138,13 +142,15 @@ def decide(
     ceiling: int = MAX_WORKERS,
     inflight: int | None = None,
     inflight_ceiling: int = MAX_INFLIGHT,
+    queued: bool = False,
 ) -> Decision | None:
     """The pool to switch to after window ``w`` under ``budget``, or None (keep it).
 
     ``floor`` / ``ceiling``: bounds the controller holds for a while after a change
     that did not pay (settling), inside the budget's cap. ``inflight``: the requests in
     flight per worker now, where the store lets them be turned (else None);
-    ``inflight_ceiling`` its bound held after a raise that did not pay.
+    ``inflight_ceiling`` its bound held after a raise that did not pay; ``queued``: requests
+    waited for a slot over the window (the limit binds: raising it can pay).
     """
     n, p = w.workers, w.prefetch
     cap = core_cap(w, budget)
@@ -153,13 +159,13 @@ def decide(
         return Decision(cap, p, f"over the {what} ({cap})", inflight)
     waiting = w.wait > GROW_WAIT
     top_inflight = min(inflight_ceiling, MAX_INFLIGHT)
-    more_requests = inflight is not None and inflight < top_inflight and io_bound(w)
-    if tune_workers and waiting and more_requests:  # requests are cheaper than processes
-        return Decision(n, p, "loop waits on requests", min(top_inflight, 2 * (inflight or 1)))
     if tune_workers and waiting:
         top = min(cap, max(ceiling, 1))
-        if budget.idle is not None:  # new workers only take cores nothing else uses (half a
-            # core idle counts: the loop's own share of a core shows as busy)
+        # new workers only take cores nothing else uses (half a core idle counts: the loop's
+        # own share of a core shows as busy); workers that wait on I/O and never for a core
+        # take little of one: they may grow to the I/O cap on a busy node
+        polite = not (io_bound(w) and w.contention <= UNCROWDED)
+        if budget.idle is not None and polite:
             top = min(top, n + int(budget.idle / worker_share(w) + 0.5))
         if n < top and w.contention <= CROWDED:
             # each worker turns out one batch per (task time - time waiting for a core);
@@ -168,6 +174,9 @@ def decide(
             task = max(w.busy_s - w.runq_s, 0.0) / max(w.batches, 1)
             need = math.ceil(task / own) if own > 0 else top
             return Decision(min(top, max(n + 1, need)), p, "loop waits, cores free", inflight)
+    more_requests = queued and inflight is not None and inflight < top_inflight and io_bound(w)
+    if tune_workers and waiting and more_requests:  # no more workers: more requests each
+        return Decision(n, p, "loop waits on requests", min(top_inflight, 2 * (inflight or 1)))
     if tune_prefetch and waiting and w.util < BURSTY_UTIL and p < MAX_PREFETCH:
         return Decision(n, min(MAX_PREFETCH, p + 2), "loop waits while workers idle", inflight)
     if tune_workers and not waiting and n > max(floor, 1):
