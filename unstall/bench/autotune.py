@@ -43,7 +43,7 @@ KEEPS = 0.95
 #: Every job's size is multiplied by this (tests run a tenth).
 SCALE = 1.0
 #: (workers, requests in flight per worker) the S3 sweep adds to the plain worker counts.
-S3_INFLIGHT = ((1, 128), (2, 8), (2, 128))
+S3_INFLIGHT = ((1, 128), (2, 16), (2, 128))
 #: Runs of each setting (median taken); None: 3 with --quick, 5 without.
 REPEATS: int | None = None
 _repeats = 3

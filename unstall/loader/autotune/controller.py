@@ -192,6 +192,8 @@ class AutoTuner:
         if loader is None or raw is None:
             return
         t0 = time.perf_counter()
+        if self._store is not None and self.inflight:  # new workers take it: no probes
+            self._store.set_inflight(self.inflight)
         new_raw = restart_pool(loader, it, raw, decision.workers, decision.prefetch)
         self.restart_s += time.perf_counter() - t0
         self._raw = weakref.ref(new_raw)
