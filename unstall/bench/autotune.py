@@ -104,11 +104,11 @@ def _once(make: Callable[[], Any], rate: float | None) -> dict[str, Any]:
 def _compare(name: str, runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """A job's figures: auto against the best fixed setting, CPU against the fewest that keep
     the rate."""
-    fixed = {k: v for k, v in runs.items() if _workers(k) is not None}
+    fixed = {k: v for k, v in runs.items() if _workers_of(k) is not None}
     best_key = max(fixed, key=lambda k: fixed[k]["samples_per_s"])
     best = fixed[best_key]["samples_per_s"]
     keeping = [k for k, v in fixed.items() if v["samples_per_s"] >= KEEPS * best]
-    keeps = min(keeping, key=lambda k: (_workers(k), fixed[k]["cpu_s"]))
+    keeps = min(keeping, key=lambda k: (_workers_of(k), fixed[k]["cpu_s"]))
     auto = runs["auto"]
     return {
         "job": name,
@@ -120,7 +120,7 @@ def _compare(name: str, runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _workers(key: str) -> int | None:
+def _workers_of(key: str) -> int | None:
     """The workers of a fixed setting's key (``"3"``, ``"2w_128inflight"``); None otherwise."""
     head = key.split("w_")[0] if key.endswith("inflight") else key
     return int(head) if head.isdigit() else None

@@ -300,22 +300,10 @@ class AutoTuner:
         """Bytes per worker (proportional set size, plus its share of slots): read once per
         pool (reading ``smaps_rollup`` takes milliseconds per process)."""
         if self._per_worker is None or self._per_worker[0] is not self._raw:
-            self._per_worker = (self._raw, self._read_worker_bytes())
+            loader = self._loader() if self._loader is not None else None
+            size = resources.worker_bytes(self.raw, loader, self.prefetch)
+            self._per_worker = (self._raw, size)
         return self._per_worker[1]
-
-    def _read_worker_bytes(self) -> float | None:
-        raw = self.raw
-        sizes = []
-        for proc in getattr(raw, "_workers", None) or []:
-            size = resources.process_bytes(proc.pid) if proc.pid else None
-            if size:
-                sizes.append(size)
-        if not sizes:
-            return None
-        loader = self._loader() if self._loader is not None else None
-        handoff = getattr(loader, "_handoff", None)
-        slots = (handoff.size or 0) * self.prefetch if handoff is not None else 0
-        return sum(sizes) / len(sizes) + slots
 
     def _change(self, d: Decision, w: Window | None) -> None:
         inflight = d.inflight if d.inflight is not None else self.inflight
@@ -323,8 +311,8 @@ class AutoTuner:
             return
         entry = {
             "t_s": round(time.perf_counter() - self._t0, 3),
-            "epoch": self._cursor_epoch(),
-            "batch": self._cursor_batch(),
+            "epoch": getattr(self._cursor(), "epoch", None),
+            "batch": getattr(self._cursor(), "handed", None),
             "num_workers": [self.workers, d.workers],
             "prefetch_factor": [self.prefetch, d.prefetch],
             "why": d.why,
@@ -371,13 +359,9 @@ class AutoTuner:
             self._skip = self.workers * self.prefetch
             self._reset_window()
 
-    def _cursor_epoch(self) -> int | None:
+    def _cursor(self) -> Any:
         it = self._it() if self._it is not None else None
-        return it._cursor.epoch if it is not None else None
-
-    def _cursor_batch(self) -> int | None:
-        it = self._it() if self._it is not None else None
-        return it._cursor.handed if it is not None else None
+        return it._cursor if it is not None else None
 
     def _reset_window(self) -> None:
         self._w0, self._c0 = time.perf_counter(), time.process_time()
@@ -388,15 +372,7 @@ class AutoTuner:
     def stats(self) -> dict[str, Any]:
         """``stats()["autotune"]``: what is tuned, the pool now, every change and why."""
         return {
-            "tuning": [
-                k
-                for k, on in (
-                    ("num_workers", self.tune_workers),
-                    ("prefetch_factor", self.tune_prefetch),
-                    ("max_inflight", self._store is not None),
-                )
-                if on
-            ],
+            "tuning": [k for k, on in self._tuned() if on],
             "enabled": self.enabled,
             "num_workers": self.workers,
             "prefetch_factor": self.prefetch,
@@ -411,6 +387,10 @@ class AutoTuner:
             "history": list(self.history),
             "pid": os.getpid(),
         }
+
+    def _tuned(self) -> tuple[tuple[str, bool], ...]:
+        on = (self.tune_workers, self.tune_prefetch, self._store is not None)
+        return tuple(zip(("num_workers", "prefetch_factor", "max_inflight"), on, strict=True))
 
     def close(self) -> None:
         """Leave the node's share file."""

@@ -94,6 +94,21 @@ def process_bytes(pid: int) -> int | None:
     return None
 
 
+def worker_bytes(raw: Any, loader: Any, prefetch: int) -> float | None:
+    """Bytes per worker of torch iterator ``raw``'s pool: the mean proportional set size,
+    plus its share of ``loader``'s zero-copy slots (``prefetch`` each); None if unmeasured."""
+    sizes = []
+    for proc in getattr(raw, "_workers", None) or []:
+        size = process_bytes(proc.pid) if proc.pid else None
+        if size:
+            sizes.append(size)
+    if not sizes:
+        return None
+    handoff = getattr(loader, "_handoff", None)
+    slots = (handoff.size or 0) * prefetch if handoff is not None else 0
+    return sum(sizes) / len(sizes) + slots
+
+
 def memory_ceiling(workers: int, per_worker: float | None, available: int | None) -> int:
     """The most workers memory allows: the ``workers`` running plus what `MEMORY_SHARE` of
     ``available`` bytes holds at ``per_worker`` bytes each (no limit when not measured)."""

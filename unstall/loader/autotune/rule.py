@@ -18,8 +18,8 @@ crowded) -> grow to the workers the measured
 costs need (at least one more, at most the cap and the idle cores); the loop does not
 wait and workers idle -> shrink to the busy workers plus `HEADROOM`; a store whose requests
 in flight can be turned (S3), the loop waiting on workers that mostly wait on I/O with
-requests queued at the limit, and no room for more workers -> twice the requests in
-flight; with
+requests queued at the limit, no room for more workers but half a core idle -> twice the
+requests in flight; with
 ``prefetch_factor="auto"``, the loop waits while the workers idle (bursty costs) -> more
 tasks in flight.
 """
@@ -175,7 +175,9 @@ def decide(
             need = math.ceil(task / own) if own > 0 else top
             return Decision(min(top, max(n + 1, need)), p, "loop waits, cores free", inflight)
     more_requests = queued and inflight is not None and inflight < top_inflight and io_bound(w)
-    if tune_workers and waiting and more_requests:  # no more workers: more requests each
+    # requests cost CPU too (client and server): only with half a core idle on the node
+    spare = budget.idle is None or budget.idle >= 0.5
+    if tune_workers and waiting and more_requests and spare:  # no more workers: more requests
         return Decision(n, p, "loop waits on requests", min(top_inflight, 2 * (inflight or 1)))
     if tune_prefetch and waiting and w.util < BURSTY_UTIL and p < MAX_PREFETCH:
         return Decision(n, min(MAX_PREFETCH, p + 2), "loop waits while workers idle", inflight)
