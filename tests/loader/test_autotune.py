@@ -263,6 +263,21 @@ def test_rule_raises_prefetch_when_the_loop_waits_on_idle_workers():
     assert (d.workers, d.prefetch) == (2, 4)
 
 
+def test_rule_raises_requests_in_flight_when_they_queue_and_the_pool_cannot_grow():
+    io = _window(4, wait=0.9, cpu=0.2)  # fetch-bound: a fifth of each task on the CPU
+    d = decide(io, Budget(cores=2, idle=1.0), inflight=16, queued=True)
+    assert (d.workers, d.inflight, d.why) == (4, 32, "loop waits on requests")
+    assert decide(io, Budget(cores=2, idle=1.0), inflight=16, queued=False) is None  # not bound
+    assert decide(io, Budget(cores=2, idle=0.2), inflight=16, queued=True) is None  # no CPU
+    assert decide(io, Budget(cores=2), inflight=16, queued=True, inflight_ceiling=16) is None
+    # room for workers: they come first, the requests in flight stay
+    d = decide(_window(1, wait=0.9, cpu=0.2), Budget(cores=2, idle=1.0), inflight=16, queued=True)
+    assert d.workers == 4 and d.inflight == 16 and d.why == "loop waits, cores free"
+    # I/O-bound workers that never wait for a core grow on a busy node; CPU-bound ones do not
+    assert decide(_window(1, wait=0.9, cpu=0.2), Budget(cores=2, idle=0.1)).workers == 4
+    assert decide(_window(1, wait=0.9, cpu=1.0), Budget(cores=2, idle=0.1)) is None
+
+
 def test_memory_ceiling_from_per_worker_memory():
     gib = 1 << 30
     assert memory_ceiling(2, per_worker=1 * gib, available=4 * gib) == 4
