@@ -18,6 +18,7 @@ import torch
 
 import unstall
 from unstall.loader.autotune import Budget, NodeShare, Window, decide, resources
+from unstall.loader.autotune.controller import START_WORKERS
 from unstall.loader.autotune.resources import cores_left, memory_ceiling
 from unstall.loader.autotune.share import SHARE_PREFIX
 from unstall.loader.handoff import leftover_slots
@@ -88,7 +89,7 @@ def test_pool_changes_mid_epoch_give_every_sample_once_with_the_same_draws(persi
         if epoch == 0:
             assert sorted(i for ids, _ in got for i in ids) == list(range(96))
     assert got == expected  # same batches, same order, same random draws
-    start = min(2, len(os.sched_getaffinity(0)))
+    start = min(START_WORKERS, len(os.sched_getaffinity(0)))  # 1: the 1 -> 3 -> 2 -> 1
     assert seen_workers[:12] == [start] * 3 + [3, 3, 3, 2, 2, 2, 1, 1, 1]
     stats = loader.stats()["autotune"]
     assert [h["num_workers"] for h in stats["history"]] == [[start, 3], [3, 2], [2, 1]]
@@ -200,7 +201,7 @@ def test_the_rule_grows_a_waiting_loop_on_its_own(monkeypatch):
     stats = loader.stats()["autotune"]
     assert stats["history"], stats
     first = stats["history"][0]
-    assert first["num_workers"][0] == 2 and first["num_workers"][1] > 2
+    assert first["num_workers"][0] == START_WORKERS and first["num_workers"][1] > 2
     assert first["why"] == "loop waits, cores free"
     assert stats["num_workers"] <= 2 * stats["cores"] == 8  # sleeping workers: I/O-bound
     loader.close()
@@ -260,6 +261,21 @@ def test_rule_raises_prefetch_when_the_loop_waits_on_idle_workers():
     w = _window(2, wait=0.3, util=0.4)
     d = decide(w, Budget(cores=2), tune_workers=False, tune_prefetch=True)
     assert (d.workers, d.prefetch) == (2, 4)
+
+
+def test_rule_raises_requests_in_flight_when_they_queue_and_the_pool_cannot_grow():
+    io = _window(4, wait=0.9, cpu=0.2)  # fetch-bound: a fifth of each task on the CPU
+    d = decide(io, Budget(cores=2, idle=1.0), inflight=16, queued=True)
+    assert (d.workers, d.inflight, d.why) == (4, 32, "loop waits on requests")
+    assert decide(io, Budget(cores=2, idle=1.0), inflight=16, queued=False) is None  # not bound
+    assert decide(io, Budget(cores=2, idle=0.2), inflight=16, queued=True) is None  # no CPU
+    assert decide(io, Budget(cores=2), inflight=16, queued=True, inflight_ceiling=16) is None
+    # room for workers: they come first, the requests in flight stay
+    d = decide(_window(1, wait=0.9, cpu=0.2), Budget(cores=2, idle=1.0), inflight=16, queued=True)
+    assert d.workers == 4 and d.inflight == 16 and d.why == "loop waits, cores free"
+    # I/O-bound workers that never wait for a core grow on a busy node; CPU-bound ones do not
+    assert decide(_window(1, wait=0.9, cpu=0.2), Budget(cores=2, idle=0.1)).workers == 4
+    assert decide(_window(1, wait=0.9, cpu=1.0), Budget(cores=2, idle=0.1)) is None
 
 
 def test_memory_ceiling_from_per_worker_memory():

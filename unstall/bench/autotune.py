@@ -8,7 +8,9 @@ Five jobs, each run with every fixed ``num_workers`` from 1 to 2x the cores and 
 * ``compute_bound``: cheap samples, a simulated accelerator that takes longer than one
   worker needs; the CPU goal: auto's CPU seconds over those of the fewest workers that
   keep the rate (within 5 % of the best);
-* ``fetch_bound_s3``: raw bytes from SeaweedFS behind a 20 ms proxy;
+* ``fetch_bound_s3``: raw bytes from SeaweedFS behind a 20 ms proxy; the sweep also fixes
+  the requests in flight per worker (`S3_INFLIGHT`, named ``"<workers>w_<n>inflight"``),
+  the plain counts keep the store's own choice (latency x target rate);
 * ``cost_doubles``: the per-sample CPU doubles half way through the epoch;
 * ``two_ranks``: two processes of one job on this node (``LOCAL_WORLD_SIZE=2``), each
   prep-bound; the rate is both together, and the most workers they held at once is kept.
@@ -40,6 +42,8 @@ GOAL_CPU = 1.15
 KEEPS = 0.95
 #: Every job's size is multiplied by this (tests run a tenth).
 SCALE = 1.0
+#: (workers, requests in flight per worker) the S3 sweep adds to the plain worker counts.
+S3_INFLIGHT = ((1, 128), (2, 16), (2, 128))
 #: Runs of each setting (median taken); None: 3 with --quick, 5 without.
 REPEATS: int | None = None
 _repeats = 3
@@ -89,6 +93,8 @@ def _once(make: Callable[[], Any], rate: float | None) -> dict[str, Any]:
     if auto is not None:
         out["settled_on"] = auto["num_workers"]
         out["prefetch_factor"] = auto["prefetch_factor"]
+        if auto.get("max_inflight") is not None:  # requests in flight per worker, where tuned
+            out["max_inflight"] = auto["max_inflight"]
         out["changes"] = auto["changes"]
         out["restart_s"] = auto["restart_s"]
         out["history"] = auto["history"]
@@ -98,30 +104,39 @@ def _once(make: Callable[[], Any], rate: float | None) -> dict[str, Any]:
 def _compare(name: str, runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """A job's figures: auto against the best fixed setting, CPU against the fewest that keep
     the rate."""
-    fixed = {k: v for k, v in runs.items() if k.isdigit()}
+    fixed = {k: v for k, v in runs.items() if _workers_of(k) is not None}
     best_key = max(fixed, key=lambda k: fixed[k]["samples_per_s"])
     best = fixed[best_key]["samples_per_s"]
-    keeps = min((int(k) for k, v in fixed.items() if v["samples_per_s"] >= KEEPS * best))
+    keeping = [k for k, v in fixed.items() if v["samples_per_s"] >= KEEPS * best]
+    keeps = min(keeping, key=lambda k: (_workers_of(k), fixed[k]["cpu_s"]))
     auto = runs["auto"]
     return {
         "job": name,
         "ratio": round(auto["samples_per_s"] / max(best, 1e-9), 3),
-        "cpu_ratio": round(auto["cpu_s"] / max(fixed[str(keeps)]["cpu_s"], 1e-9), 3),
-        "best_fixed": int(best_key),
-        "fewest_keeping_rate": keeps,
+        "cpu_ratio": round(auto["cpu_s"] / max(fixed[keeps]["cpu_s"], 1e-9), 3),
+        "best_fixed": int(best_key) if best_key.isdigit() else best_key,
+        "fewest_keeping_rate": int(keeps) if keeps.isdigit() else keeps,
         "runs": runs,
     }
 
 
+def _workers_of(key: str) -> int | None:
+    """The workers of a fixed setting's key (``"3"``, ``"2w_128inflight"``); None otherwise."""
+    head = key.split("w_")[0] if key.endswith("inflight") else key
+    return int(head) if head.isdigit() else None
+
+
 def _sweep(make: Callable[[int | str, int | None], Any], rate: float | None, top: int,
-           asked: tuple[int, int] | None = None) -> dict[str, dict[str, Any]]:  # fmt: skip
+           asked: tuple[int, int] | None = None,
+           inflight: tuple[tuple[int, int], ...] = ()) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Every setting `_repeats` times, interleaved (a loaded machine's drift hits all
-    alike); the run with each setting's median rate."""
-    settings: dict[str, tuple[int | str, int | None]] = {
-        str(n): (n, None) for n in range(1, top + 1)
-    }
+    alike); the run with each setting's median rate. ``inflight``: (workers, requests in
+    flight) settings too (``make`` then takes a third argument)."""
+    settings: dict[str, tuple[Any, ...]] = {str(n): (n, None) for n in range(1, top + 1)}
     if asked is not None:
         settings[f"asked_{asked[0]}x{asked[1]}"] = asked
+    for workers, n in inflight:
+        settings[f"{workers}w_{n}inflight"] = (workers, None, n)
     settings["auto"] = ("auto", None)
     return _repeated(settings, lambda s: _once(lambda: make(*s), rate))
 
@@ -133,9 +148,15 @@ def _repeated(settings: dict[str, Any], once: Callable[[Any], dict[str, Any]]) -
         for key in order if r % 2 == 0 else order[::-1]:
             runs[key].append(once(settings[key]))
     out = {}
-    for key, each in runs.items():
+    for key, each in runs.items():  # the median rate's run; CPU: the median of all
+        cpu = sorted(r["cpu_s"] for r in each)
         each.sort(key=lambda r: r["samples_per_s"])
-        out[key] = {**each[len(each) // 2], "all_samples_per_s": [r["samples_per_s"] for r in each]}
+        out[key] = {
+            **each[len(each) // 2],
+            "cpu_s": cpu[len(cpu) // 2],
+            "all_samples_per_s": [r["samples_per_s"] for r in each],
+            "all_cpu_s": [r["cpu_s"] for r in each],
+        }
     return out
 
 
@@ -231,14 +252,15 @@ def _s3_job(n: int, top: int, say: Callable[..., Any]) -> dict[str, dict[str, An
         with ProxyProcess(server.endpoint, 0.020) as endpoint:
             opts = server.store_options(endpoint=endpoint)
 
-            def make(workers: int | str, prefetch: int | None) -> Any:
-                ds = unstall.FileDataset(S3Store(f"s3://{BUCKET}", **opts), keys)
+            def make(workers: int | str, prefetch: int | None, inflight: int | None = None) -> Any:
+                store = S3Store(f"s3://{BUCKET}", **opts, max_inflight=inflight)
+                ds = unstall.FileDataset(store, keys)
                 return unstall.DataLoader(
                     ds, batch_size=32, seed=0, cache=False, collate_fn=raw_collate,
                     num_workers=workers, prefetch_factor=prefetch,
                 )  # fmt: skip
 
-            return _sweep(make, None, top)
+            return _sweep(make, None, top, inflight=S3_INFLIGHT)
 
 
 def run(*, quick: bool, console: Any = None) -> BenchResult:
@@ -253,24 +275,24 @@ def run(*, quick: bool, console: Any = None) -> BenchResult:
     jobs: dict[str, dict[str, Any]] = {}
 
     # prep-bound: 1 ms of CPU a sample, no model time; the user asked 8 x prefetch 4
-    make = _spin_loader(int(3072 * scale), 0.001, 16)
+    make = _spin_loader(int(6144 * scale), 0.001, 16)
     jobs["prep_bound"] = _compare("prep_bound", _sweep(make, None, top, asked=(8, 4)))
     say(_line(jobs["prep_bound"]))
     # compute-bound: 0.25 ms a sample; the model takes 4x what one worker needs
     make = _spin_loader(int(2048 * scale), 0.00025, 32)
     jobs["compute_bound"] = _compare("compute_bound", _sweep(make, 1000.0, top))
     say(_line(jobs["compute_bound"]))
-    s3 = _s3_job(int(2048 * scale), top, say)
+    s3 = _s3_job(int(8192 * scale), top, say)
     if s3 is not None:
         jobs["fetch_bound_s3"] = _compare("fetch_bound_s3", s3)
         say(_line(jobs["fetch_bound_s3"]))
     # the per-sample cost doubles half way: one worker keeps up, then two are needed
-    n = int(3072 * scale)
+    n = int(6144 * scale)
     make = _spin_loader(n, 0.0004, 16, double_from=n // 2)
     jobs["cost_doubles"] = _compare("cost_doubles", _sweep(make, 1600.0, top))
     say(_line(jobs["cost_doubles"]))
     settings = {str(w): w for w in range(1, top + 1)} | {"auto": "auto"}
-    ranks = _repeated(settings, lambda w: _two_ranks(w, int(1536 * scale), 0.001, 16))
+    ranks = _repeated(settings, lambda w: _two_ranks(w, int(3072 * scale), 0.001, 16))
     jobs["two_ranks"] = _compare("two_ranks", ranks)
     jobs["two_ranks"]["most_workers_together"] = ranks["auto"]["most_workers_together"]
     say(_line(jobs["two_ranks"]))
@@ -279,9 +301,10 @@ def run(*, quick: bool, console: Any = None) -> BenchResult:
 
 def _line(job: dict[str, Any]) -> str:
     auto = job["runs"]["auto"]
+    inflight = f" x {auto['max_inflight']} in flight" if "max_inflight" in auto else ""
     return (
         f"{job['job']:15} auto {auto['samples_per_s']:8.1f}/s (settled on "
-        f"{auto.get('settled_on')}) vs best fixed {job['best_fixed']} workers: ratio "
+        f"{auto.get('settled_on')}{inflight}) vs best fixed {job['best_fixed']}: ratio "
         f"{job['ratio']:.3f}, CPU {job['cpu_ratio']:.2f}x the fewest keeping the rate "
         f"({job['fewest_keeping_rate']})"
     )
@@ -314,6 +337,11 @@ def _result(jobs: dict[str, dict[str, Any]], cores: int, *, quick: bool) -> Benc
             "cpu_ratio": j["cpu_ratio"],
             "best_fixed": j["best_fixed"],
             "settled_on": j["runs"]["auto"].get("settled_on"),
+            **(
+                {"settled_inflight": j["runs"]["auto"]["max_inflight"]}
+                if "max_inflight" in j["runs"]["auto"]
+                else {}
+            ),
         }
         for name, j in jobs.items()
     }

@@ -122,6 +122,25 @@ class S3Store(Store):
             "max_inflight": getattr(backend, "max_inflight", None),
         }
 
+    def set_inflight(self, n: int) -> None:
+        """Requests in flight per process from now on, in this process and every process that
+        shares the store (forked workers read it before each batch): the knob
+        ``num_workers="auto"`` turns for fetch-bound data (`unstall.loader.autotune`)."""
+        if not 1 <= n <= 4096:
+            raise ValueError(f"requests in flight {n} must be in [1, 4096]")
+        self._stats.set(inflight_limit=n)
+
+    def queued(self) -> int:
+        """Requests so far, over every process sharing the store, that waited for a slot
+        because the requests in flight were at the limit (the limit binds)."""
+        return int(self._stats.get("queued"))
+
+    def inflight(self) -> int | None:
+        """Requests in flight per process now: the limit `set_inflight` set, else the measured
+        choice (`max_inflight` of the first process that probed), else the setting."""
+        snap = self._stats.snapshot()
+        return snap["inflight_limit"] or snap["max_inflight"] or self.settings.max_inflight
+
     # Store hooks ------------------------------------------------------------------
     def _get(self, key: str) -> bytes:
         return self._client().get_many([key])[0]
@@ -225,6 +244,8 @@ class S3Store(Store):
         """Request counters summed over this process, its helper and its forked workers."""
         out: dict[str, Any] = {"url": self.url}
         out.update(self._stats.snapshot())
+        if out["inflight_limit"] is None:  # only once a tuner set one
+            del out["inflight_limit"]
         if out["max_inflight"] is None and self.settings.max_inflight is not None:
             out["max_inflight"] = self.settings.max_inflight
         return {"store": out}

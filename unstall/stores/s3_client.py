@@ -37,7 +37,7 @@ T = TypeVar("T")
 MIN_INFLIGHT, MAX_INFLIGHT = 16, 256
 #: Look-ahead GETs kept at most, as a multiple of the keys of the largest `prefetch` call.
 AHEAD_KEEP = 2
-_COUNTS = ("requests", "retries", "errors", "bytes", "prefetched")
+_COUNTS = ("requests", "retries", "errors", "bytes", "prefetched", "queued")
 PROBES = 3
 #: The end of a byte range that covers any object: a ranged GET of [0, WHOLE) is the whole object.
 WHOLE = 1 << 62
@@ -80,6 +80,7 @@ class Fetcher(RangeOps):
         )
         self._thread.start()
         self._sem: asyncio.Semaphore | None = None
+        self._sem_size = 0
         self._counts = dict.fromkeys(_COUNTS, 0)
         self._counts_lock = threading.Lock()  # the loop thread adds, the caller's thread flushes
         #: Look-ahead GETs started by `prefetch`, oldest first, with the number of the call
@@ -93,6 +94,7 @@ class Fetcher(RangeOps):
     def get_many(self, keys: list[str]) -> list[bytes]:
         """Bytes of every key, in order, with up to ``max_inflight`` requests in flight."""
         t0 = time.perf_counter()
+        self._follow_limit()
         results: list[bytes | None] = [None] * len(keys)
         try:
             start = self._probe(keys, results) if self.max_inflight is None else 0
@@ -111,8 +113,17 @@ class Fetcher(RangeOps):
         the largest hint's length of unclaimed ones are kept; older ones are cancelled. Before the
         first `get_many` has measured the latency, nothing is started.
         """
+        self._follow_limit()
         if self.max_inflight is not None and keys:
             self._loop.call_soon_threadsafe(self._start_ahead, list(keys))
+
+    def _follow_limit(self) -> None:
+        """Take the requests-in-flight limit the store's owner set (`S3Store.set_inflight`),
+        if any: the semaphore is remade at the new size on the loop's next use."""
+        limit = int(self.stats.get("inflight_limit"))
+        if limit > 0 and limit != self.max_inflight:
+            self.max_inflight = limit
+            self.stats.set(max_inflight=limit)
 
     def list(self, prefix: str) -> list[str]:
         """Every key under ``prefix`` (relative to the store's prefix)."""
@@ -235,8 +246,9 @@ class Fetcher(RangeOps):
 
     def _semaphore(self) -> asyncio.Semaphore:
         """The bound on this process's requests in flight, made on the loop thread on first use."""
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(self.max_inflight or MIN_INFLIGHT)
+        size = self.max_inflight or MIN_INFLIGHT
+        if self._sem is None or self._sem_size != size:  # requests holding the old one finish
+            self._sem, self._sem_size = asyncio.Semaphore(size), size
         return self._sem
 
     async def _fetch_all(self, keys: list[str], results: list[bytes | None], start: int) -> None:
@@ -315,6 +327,8 @@ class Fetcher(RangeOps):
             if count:
                 self._count("requests", 1)
             t0 = time.perf_counter()
+            if sem is not None and sem.locked():  # the limit binds: a tuner raises it
+                self._count("queued", 1)
             try:
                 async with sem or contextlib.nullcontext():
                     return await (attempt() if limit is None else _within(attempt(), limit))

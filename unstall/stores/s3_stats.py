@@ -16,9 +16,15 @@ from typing import Any
 import numpy as np
 
 #: Counters (summed over processes) and gauges (last value any process wrote).
-COUNTERS = ("requests", "retries", "errors", "bytes", "get_s", "list_requests", "prefetched")
+COUNTERS = (
+    "requests", "retries", "errors", "bytes", "get_s", "list_requests", "prefetched",
+    "queued",  # requests that waited for a slot: the requests-in-flight limit was reached
+)  # fmt: skip
 GAUGES = ("latency_ms", "max_inflight")
-_FIELDS = COUNTERS + GAUGES
+#: Settings the process that made the store sets for every process sharing it (0: unset):
+#: ``inflight_limit``, the requests in flight per process (``num_workers="auto"`` turns it).
+SETTINGS = ("inflight_limit",)
+_FIELDS = COUNTERS + GAUGES + SETTINGS
 
 
 class SharedStats:
@@ -42,6 +48,10 @@ class SharedStats:
             for name, value in values.items():
                 self._values[self._index[name]] = value
 
+    def get(self, name: str) -> float:
+        """One slot's value, read without the lock (a single aligned float64)."""
+        return float(self._values[self._index[name]])
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             values = self._values.tolist()
@@ -51,7 +61,7 @@ class SharedStats:
                 out[name] = round(value, 4)
             elif name == "latency_ms":
                 out[name] = round(value, 2) if value else None
-            elif name == "max_inflight":
+            elif name in ("max_inflight", "inflight_limit"):
                 out[name] = int(value) if value else None
             else:
                 out[name] = int(value)

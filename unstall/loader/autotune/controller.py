@@ -7,10 +7,15 @@ so an error while the pool changes surfaces there, like any pull's.
 
 Settling: the batches right after a change (the new pool filling up) are not measured;
 a shrink needs two windows in a row that ask for it; a change whose next window shows
-it did not pay (a grow that did not raise the rate by `GAIN`, a shrink after which the
-loop waits) is undone, and the count it left stays the bound for `HOLD_S` seconds.
-Windows lengthen once settled; the tuner keeps watching (costs that change, cores
-that other processes take). ``schedule`` (tests) replaces the rule with fixed steps.
+it did not pay (a grow that neither raised the rate by `GAIN` nor halved the loop's
+wait, a shrink after which the loop waits) is undone, and the count it left stays the
+bound for `HOLD_S` seconds. The first window is short (`FIRST_WINDOW_S`: a pool far
+from the right size is plain at once); windows lengthen once settled, except while the
+loop waits; the tuner keeps watching (costs that change, cores that other processes
+take). Where the dataset's store lets its requests in flight be turned
+(`S3Store.set_inflight`), a fetch-bound loop whose requests queue at the limit gets more
+requests per worker once the workers cannot grow; that change needs no new pool.
+``schedule`` (tests) replaces the rule with fixed steps.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 from unstall.loader import schedclock
 from unstall.loader.autotune import resources
 from unstall.loader.autotune.pool import can_restart, restart_pool
-from unstall.loader.autotune.rule import Budget, Decision, Window, decide
+from unstall.loader.autotune.rule import GROW_WAIT, Budget, Decision, Window, decide
 from unstall.loader.autotune.share import NodeShare, job_key
 
 log = logging.getLogger("unstall")
@@ -33,6 +38,8 @@ log = logging.getLogger("unstall")
 AUTO = "auto"
 #: A window lasts at least this long and this many batches (doubling once settled, to 8x).
 WINDOW_S = 0.3
+#: The first window of a loader lasts this long (at least `WINDOW_BATCHES` batches).
+FIRST_WINDOW_S = 0.1
 WINDOW_BATCHES = 6
 #: A new pool's first ``WARMUP_ROUNDS x workers x prefetch`` batches are not measured
 #: (workers starting, connections opening, the prefetch filling).
@@ -42,7 +49,7 @@ GAIN = 1.05
 #: How long a bound set by a change that did not pay holds [s].
 HOLD_S = 30.0
 #: Starting workers for ``num_workers="auto"`` (fewer with fewer cores).
-START_WORKERS = 2
+START_WORKERS = 1
 #: Starting prefetch for ``prefetch_factor="auto"``.
 START_PREFETCH = 2
 
@@ -109,6 +116,10 @@ class AutoTuner:
         self._settled = 0  # windows in a row without a change
         self._floor, self._ceiling, self._hold_until = 1, 1 << 16, 0.0
         self._last_change: dict[str, Any] | None = None  # to judge whether it paid
+        self._windows = 0  # windows closed
+        self._store: Any = None  # the dataset's store, where its requests in flight turn
+        self.inflight: int | None = None
+        self._inflight_ceiling, self._queued = 1 << 16, 0
         self._budget = Budget(self._cores)
         if tune_workers:  # ranks of one job on this node start within their share
             ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
@@ -125,6 +136,8 @@ class AutoTuner:
         self._loader = weakref.ref(loader)
         self._it = weakref.ref(it)
         self._raw = weakref.ref(raw)
+        if self.tune_workers and self._store is None:
+            self._store = resources.inflight_store(loader)
         self._skip = WARMUP_ROUNDS * self.workers * self.prefetch  # the pool starts up
         self._reset_window()
 
@@ -162,8 +175,11 @@ class AutoTuner:
             self._busy += sum(timing)
         now = time.perf_counter()
         # after a change, the window that judges it is longer; once settled, they lengthen
-        scale = 2 if self._last_change is not None else 1 << min(self._settled, 3)
-        if now - self._w0 >= WINDOW_S * scale and self._batches >= WINDOW_BATCHES:
+        # a loop that waits now gets the base length (costs went up: react within a window)
+        settled = 0 if self._wait > GROW_WAIT * (now - self._w0) else min(self._settled, 3)
+        scale = 2 if self._last_change is not None else 1 << settled
+        base = FIRST_WINDOW_S if self._windows == 0 else WINDOW_S
+        if now - self._w0 >= base * scale and self._batches >= WINDOW_BATCHES:
             self._close_window(now)
 
     def apply(self, it: Any) -> None:
@@ -176,6 +192,8 @@ class AutoTuner:
         if loader is None or raw is None:
             return
         t0 = time.perf_counter()
+        if self._store is not None and self.inflight:  # new workers take it: no probes
+            self._store.set_inflight(self.inflight)
         new_raw = restart_pool(loader, it, raw, decision.workers, decision.prefetch)
         self.restart_s += time.perf_counter() - t0
         self._raw = weakref.ref(new_raw)
@@ -205,10 +223,17 @@ class AutoTuner:
         )
         budget = self._measure_budget(w, main_cpu)
         self._reset_window()
+        self._windows += 1
+        queued = False
+        if self._store is not None:  # the store's choice (probed by the workers) until set
+            self.inflight = self.inflight or self._store.inflight()
+            count = self._store.queued()  # requests that waited at the limit, so far
+            queued, self._queued = count > self._queued, count
         if self._judge(w):
             return
         if now >= self._hold_until:
             self._floor, self._ceiling = 1, 1 << 16
+            self._inflight_ceiling = 1 << 16
         d = decide(
             w,
             budget,
@@ -216,6 +241,12 @@ class AutoTuner:
             tune_prefetch=self.tune_prefetch,
             floor=self._floor,
             ceiling=self._ceiling,
+            inflight=self.inflight,
+            inflight_ceiling=self._inflight_ceiling,
+            queued=queued,
+        )
+        log.debug(
+            "unstall autotune: window %s, budget %s, inflight %s: %s", w, budget, self.inflight, d
         )
         if d is not None and d.workers < self.workers and d.why == "workers idle":
             self._shrink_votes += 1
@@ -234,16 +265,24 @@ class AutoTuner:
         if last is None or last["window"] is None:
             return False
         before: Window = last["window"]
-        grew = w.workers > before.workers or w.prefetch > before.prefetch
-        if grew and w.rate < before.rate * GAIN and w.wait > 0.02:
-            bound = before.workers
-            self._ceiling, self._hold_until = bound, time.perf_counter() + HOLD_S
-            self._change(Decision(before.workers, before.prefetch, "the grow did not pay"), w)
+        was = last["inflight"]
+        more_requests = (self.inflight or 0) > (was or 0)
+        grew = w.workers > before.workers or w.prefetch > before.prefetch or more_requests
+        paid = w.rate >= before.rate * GAIN or w.wait <= before.wait / 2 or w.wait <= 0.02
+        if grew and not paid:
+            self._hold_until = time.perf_counter() + HOLD_S
+            if more_requests:
+                self._inflight_ceiling = was
+            else:
+                self._ceiling = before.workers
+            undo = Decision(before.workers, before.prefetch, "the grow did not pay", was)
+            self._change(undo, w)
             self._last_change = None
             return True
         if w.workers < before.workers and w.wait > 0.05 and w.rate < before.rate / GAIN:
             self._floor, self._hold_until = before.workers, time.perf_counter() + HOLD_S
-            self._change(Decision(before.workers, before.prefetch, "the shrink made it wait"), w)
+            undo = Decision(before.workers, before.prefetch, "the shrink made it wait", was)
+            self._change(undo, w)
             self._last_change = None
             return True
         return False
@@ -261,34 +300,25 @@ class AutoTuner:
         """Bytes per worker (proportional set size, plus its share of slots): read once per
         pool (reading ``smaps_rollup`` takes milliseconds per process)."""
         if self._per_worker is None or self._per_worker[0] is not self._raw:
-            self._per_worker = (self._raw, self._read_worker_bytes())
+            loader = self._loader() if self._loader is not None else None
+            size = resources.worker_bytes(self.raw, loader, self.prefetch)
+            self._per_worker = (self._raw, size)
         return self._per_worker[1]
 
-    def _read_worker_bytes(self) -> float | None:
-        raw = self.raw
-        sizes = []
-        for proc in getattr(raw, "_workers", None) or []:
-            size = resources.process_bytes(proc.pid) if proc.pid else None
-            if size:
-                sizes.append(size)
-        if not sizes:
-            return None
-        loader = self._loader() if self._loader is not None else None
-        handoff = getattr(loader, "_handoff", None)
-        slots = (handoff.size or 0) * self.prefetch if handoff is not None else 0
-        return sum(sizes) / len(sizes) + slots
-
     def _change(self, d: Decision, w: Window | None) -> None:
-        if d.workers == self.workers and d.prefetch == self.prefetch:
+        inflight = d.inflight if d.inflight is not None else self.inflight
+        if d.workers == self.workers and d.prefetch == self.prefetch and inflight == self.inflight:
             return
         entry = {
             "t_s": round(time.perf_counter() - self._t0, 3),
-            "epoch": self._cursor_epoch(),
-            "batch": self._cursor_batch(),
+            "epoch": getattr(self._cursor(), "epoch", None),
+            "batch": getattr(self._cursor(), "handed", None),
             "num_workers": [self.workers, d.workers],
             "prefetch_factor": [self.prefetch, d.prefetch],
             "why": d.why,
         }
+        if self._store is not None:
+            entry["max_inflight"] = [self.inflight, inflight]
         if w is not None:
             entry.update(
                 batches_per_s=round(w.rate, 2),
@@ -305,6 +335,7 @@ class AutoTuner:
             for name, old, new in (
                 ("num_workers", self.workers, d.workers),
                 ("prefetch_factor", self.prefetch, d.prefetch),
+                ("requests in flight", self.inflight, inflight),
             )
             if old != new
         ]
@@ -316,18 +347,21 @@ class AutoTuner:
             f"{self._budget.cores}, idle {self._budget.idle or 0:.1f})"
         )
         log.info("unstall autotune: %s: %s%s", ", ".join(what), d.why, rates)
-        self._pending = d
+        self._last_change = {"window": w, "inflight": self.inflight}
         self._settled = 0
         self._shrink_votes = 0
-        self._last_change = {"window": w}
+        if inflight != self.inflight and inflight is not None and self._store is not None:
+            self._store.set_inflight(inflight)  # workers take it before their next batch
+            self.inflight = inflight
+        if d.workers != self.workers or d.prefetch != self.prefetch:
+            self._pending = d
+        else:  # the same pool: the batches already asked for run at the old limit
+            self._skip = self.workers * self.prefetch
+            self._reset_window()
 
-    def _cursor_epoch(self) -> int | None:
+    def _cursor(self) -> Any:
         it = self._it() if self._it is not None else None
-        return it._cursor.epoch if it is not None else None
-
-    def _cursor_batch(self) -> int | None:
-        it = self._it() if self._it is not None else None
-        return it._cursor.handed if it is not None else None
+        return it._cursor if it is not None else None
 
     def _reset_window(self) -> None:
         self._w0, self._c0 = time.perf_counter(), time.process_time()
@@ -338,17 +372,11 @@ class AutoTuner:
     def stats(self) -> dict[str, Any]:
         """``stats()["autotune"]``: what is tuned, the pool now, every change and why."""
         return {
-            "tuning": [
-                k
-                for k, on in (
-                    ("num_workers", self.tune_workers),
-                    ("prefetch_factor", self.tune_prefetch),
-                )
-                if on
-            ],
+            "tuning": [k for k, on in self._tuned() if on],
             "enabled": self.enabled,
             "num_workers": self.workers,
             "prefetch_factor": self.prefetch,
+            "max_inflight": self.inflight,
             "changes": len(self.history),
             "restart_s": round(self.restart_s, 4),
             "cores": self._cores,
@@ -359,6 +387,10 @@ class AutoTuner:
             "history": list(self.history),
             "pid": os.getpid(),
         }
+
+    def _tuned(self) -> tuple[tuple[str, bool], ...]:
+        on = (self.tune_workers, self.tune_prefetch, self._store is not None)
+        return tuple(zip(("num_workers", "prefetch_factor", "max_inflight"), on, strict=True))
 
     def close(self) -> None:
         """Leave the node's share file."""

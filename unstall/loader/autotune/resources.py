@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from typing import Any
 
 #: Share of the node's available memory new workers may take.
 MEMORY_SHARE = 0.5
@@ -93,6 +94,21 @@ def process_bytes(pid: int) -> int | None:
     return None
 
 
+def worker_bytes(raw: Any, loader: Any, prefetch: int) -> float | None:
+    """Bytes per worker of torch iterator ``raw``'s pool: the mean proportional set size,
+    plus its share of ``loader``'s zero-copy slots (``prefetch`` each); None if unmeasured."""
+    sizes = []
+    for proc in getattr(raw, "_workers", None) or []:
+        size = process_bytes(proc.pid) if proc.pid else None
+        if size:
+            sizes.append(size)
+    if not sizes:
+        return None
+    handoff = getattr(loader, "_handoff", None)
+    slots = (handoff.size or 0) * prefetch if handoff is not None else 0
+    return sum(sizes) / len(sizes) + slots
+
+
 def memory_ceiling(workers: int, per_worker: float | None, available: int | None) -> int:
     """The most workers memory allows: the ``workers`` running plus what `MEMORY_SHARE` of
     ``available`` bytes holds at ``per_worker`` bytes each (no limit when not measured)."""
@@ -111,3 +127,16 @@ def cores_left(
     if others_waiting and others_ranks:
         left = min(left, cores // (others_ranks + 1))
     return max(1, left)
+
+
+def inflight_store(loader: Any) -> Any:
+    """The store of ``loader``'s dataset whose requests in flight can be turned (it has
+    ``set_inflight`` and ``inflight``, as `unstall.stores.s3.S3Store`), or None."""
+    dataset = getattr(loader, "dataset", None)
+    for store in (
+        getattr(dataset, "store", None),
+        getattr(getattr(dataset, "location", None), "store", None),
+    ):
+        if hasattr(store, "set_inflight") and hasattr(store, "inflight"):
+            return store
+    return None

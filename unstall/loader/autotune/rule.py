@@ -13,9 +13,13 @@ measurements. What it reads, per window of batches:
 The cap: the cores left hold ``cores / (CPU share of a worker)`` workers (`core_cap`:
 a worker waiting on I/O counts as part of a core), never past the memory ceiling.
 Rules, in order: above the cap -> down to it; the loop waits and cores are free (under
-the cap, idle on the node, workers not crowded) -> grow to the workers the measured
+the cap, idle on the node or I/O-bound workers that never wait for a core, workers not
+crowded) -> grow to the workers the measured
 costs need (at least one more, at most the cap and the idle cores); the loop does not
-wait and workers idle -> shrink to the busy workers plus `HEADROOM`; with
+wait and workers idle -> shrink to the busy workers plus `HEADROOM`; a store whose requests
+in flight can be turned (S3), the loop waiting on workers that mostly wait on I/O with
+requests queued at the limit, no room for more workers but half a core idle -> twice the
+requests in flight; with
 ``prefetch_factor="auto"``, the loop waits while the workers idle (bursty costs) -> more
 tasks in flight.
 """
@@ -38,6 +42,12 @@ MAX_WORKERS = 64
 MAX_PREFETCH = 8
 #: Workers that wait on I/O (fetch-bound) may number this many per free core.
 IO_WORKERS_PER_CORE = 2
+#: Workers using less than this share of a core while busy wait on I/O (fetch-bound).
+IO_SHARE = 0.5
+#: Runnable-but-waiting time per task second below which I/O-bound workers are not crowded.
+UNCROWDED = 0.1
+#: The most requests in flight per worker ``"auto"`` asks a store for.
+MAX_INFLIGHT = 256
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,13 @@ def worker_share(w: Window) -> float:
     return min(1.0, max(share, 1.0 / IO_WORKERS_PER_CORE))
 
 
+def io_bound(w: Window) -> bool:
+    """Whether the workers of ``w`` mostly wait on I/O: CPU seconds per task second not
+    spent waiting for a core under `IO_SHARE` (measured ones only)."""
+    running = w.busy_s - w.runq_s
+    return running > 0 and w.cpu_s > 0 and w.cpu_s / running < IO_SHARE
+
+
 def core_cap(w: Window, budget: Budget) -> int:
     """The most workers ``budget`` allows for the workers measured in ``w``: each counts as
     the share of a core it keeps busy (CPU seconds per task second not spent waiting
@@ -112,6 +129,7 @@ class Decision:
     workers: int
     prefetch: int
     why: str
+    inflight: int | None = None  # requests in flight per worker (None: not tuned)
 
 
 def decide(
@@ -122,33 +140,49 @@ def decide(
     tune_prefetch: bool = False,
     floor: int = 1,
     ceiling: int = MAX_WORKERS,
+    inflight: int | None = None,
+    inflight_ceiling: int = MAX_INFLIGHT,
+    queued: bool = False,
 ) -> Decision | None:
     """The pool to switch to after window ``w`` under ``budget``, or None (keep it).
 
     ``floor`` / ``ceiling``: bounds the controller holds for a while after a change
-    that did not pay (settling), inside the budget's cap.
+    that did not pay (settling), inside the budget's cap. ``inflight``: the requests in
+    flight per worker now, where the store lets them be turned (else None);
+    ``inflight_ceiling`` its bound held after a raise that did not pay; ``queued``: requests
+    waited for a slot over the window (the limit binds: raising it can pay).
     """
     n, p = w.workers, w.prefetch
     cap = core_cap(w, budget)
     if tune_workers and n > cap:
         what = "memory ceiling" if budget.memory_workers <= cap else "cores left"
-        return Decision(cap, p, f"over the {what} ({cap})")
+        return Decision(cap, p, f"over the {what} ({cap})", inflight)
     waiting = w.wait > GROW_WAIT
+    top_inflight = min(inflight_ceiling, MAX_INFLIGHT)
     if tune_workers and waiting:
         top = min(cap, max(ceiling, 1))
-        if budget.idle is not None:  # new workers only take cores nothing else uses
-            top = min(top, n + int(budget.idle / worker_share(w) + 1e-9))
+        # new workers only take cores nothing else uses (half a core idle counts: the loop's
+        # own share of a core shows as busy); workers that wait on I/O and never for a core
+        # take little of one: they may grow to the I/O cap on a busy node
+        polite = not (io_bound(w) and w.contention <= UNCROWDED)
+        if budget.idle is not None and polite:
+            top = min(top, n + int(budget.idle / worker_share(w) + 0.5))
         if n < top and w.contention <= CROWDED:
             # each worker turns out one batch per (task time - time waiting for a core);
             # the loop takes one per (its own time per batch): workers needed to keep up
             own = max(w.wall_s - w.wait_s, 1e-3 * w.batches) / max(w.batches, 1)
             task = max(w.busy_s - w.runq_s, 0.0) / max(w.batches, 1)
             need = math.ceil(task / own) if own > 0 else top
-            return Decision(min(top, max(n + 1, need)), p, "loop waits, cores free")
+            return Decision(min(top, max(n + 1, need)), p, "loop waits, cores free", inflight)
+    more_requests = queued and inflight is not None and inflight < top_inflight and io_bound(w)
+    # requests cost CPU too (client and server): only with half a core idle on the node
+    spare = budget.idle is None or budget.idle >= 0.5
+    if tune_workers and waiting and more_requests and spare:  # no more workers: more requests
+        return Decision(n, p, "loop waits on requests", min(top_inflight, 2 * (inflight or 1)))
     if tune_prefetch and waiting and w.util < BURSTY_UTIL and p < MAX_PREFETCH:
-        return Decision(n, min(MAX_PREFETCH, p + 2), "loop waits while workers idle")
+        return Decision(n, min(MAX_PREFETCH, p + 2), "loop waits while workers idle", inflight)
     if tune_workers and not waiting and n > max(floor, 1):
         need = max(1, math.ceil(w.util * n * HEADROOM))
         if need < n:
-            return Decision(max(need, floor, 1), p, "workers idle")
+            return Decision(max(need, floor, 1), p, "workers idle", inflight)
     return None
