@@ -196,7 +196,8 @@ def test_oversubscribed_script_gets_auto_priced_applied_and_verified(tmp_path):
     # slower, the machine's drift between the job's two runs (other jobs on 2 cores)
     v = report["verified"]
     assert v["kwargs"] == {"num_workers": "auto"}
-    assert v["autotune"]["path"][0] == min(2, CORES) and v["autotune"]["settled_on"] <= CORES
+    start = min(START_WORKERS, CORES)
+    assert v["autotune"]["path"][0] == start and v["autotune"]["settled_on"] <= CORES
     assert "did not hold" not in v["verdict"], v
     check = report["model_check"]
     model = min(1.0, check["measured_samples_per_s"] / check["predicted_samples_per_s"])
@@ -216,5 +217,6 @@ def test_oversubscribed_script_gets_auto_priced_applied_and_verified(tmp_path):
     done = subprocess.run([*run, "--", *short, "--epochs", "1"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     (loader,) = json.loads(out.read_text())["processes"][0]["loaders"]
-    # it asked for 4x the cores; "auto" started at min(2, cores), within the cores
-    assert loader["samples"] == 256 and loader["num_workers"] == min(2, CORES), loader
+    # it asked for 4x the cores; "auto" started at START_WORKERS and ran within the cores
+    # (whether it grew in its 32 batches depends on the idle cores it saw)
+    assert loader["samples"] == 256 and start <= loader["num_workers"] <= CORES, loader
