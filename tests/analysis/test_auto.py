@@ -196,7 +196,7 @@ def test_oversubscribed_script_gets_auto_priced_applied_and_verified(tmp_path):
     # a 12 s measured window (a real job runs longer still): the price is over a run that
     # long, and the tuner's settling from its start of 1 (~0.3 s: 2 x 1 x 4 unjudged
     # batches and a 6-batch first window at half the rate, the 4 prefetched ones made
-    # again) costs ~2.5 % there; over a 3 s window it would cost ~9 %, past the 5 % margin
+    # again) costs ~2.3 % there; over a 3 s window it would cost ~9 %, past the 5 % margin
     options = ["--quick", "--verify", "--min-seconds", "12"]
     report = run_analyze(tmp_path, options, command, timeout=300)
     assert report["bottleneck"] == "prep", report["summary"]
