@@ -17,6 +17,7 @@ from tests.analysis.conftest import make_workload, write_files
 from tests.browser import CHROMIUM, NOT_INSTALLED, chromium_flags
 from unstall.analysis import analyze_workload, report_of
 from unstall.analysis.report.html import TITLES
+from unstall.loader.autotune.controller import START_WORKERS
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +111,8 @@ def test_auto_row_is_priced_on_the_page(report, tmp_path):
     (row,) = [r for r in report["remedies"] if r["remedy"] == "auto"]
     assert row["config"] == {"kwargs": {"num_workers": "auto", **_cache(report)}}
     assert row["predicted_samples_per_s"] > 0 and row["settles_on"] >= 1
-    assert row["settling"]["path"][0] == min(2, len(os.sched_getaffinity(0)))  # its start
+    start = min(START_WORKERS, len(os.sched_getaffinity(0)))
+    assert row["settling"]["path"][0] == start  # the tuner's start
     state = "recommended" if row["recommended"] else "priced"
     price = f"<td>{row['predicted_samples_per_s']:,.0f}</td>"
     page = Path(report["html"]).read_text()

@@ -7,9 +7,12 @@ would show at each pool size (the loop's wait, the workers' task, CPU and run-qu
 time), under the budget its resources would give it on this machine (the cores less the
 training process's busy cores, shared between the ranks on the node, grown only into
 idle cores). The walk starts where the tuner starts (`START_WORKERS`, within the ranks'
-share), follows each decision, undoes a grow that would not raise the predicted rate by
-the controller's `GAIN` (as its first window after the change would), and stops where the
-rule asks for nothing more.
+share), judges its first pool on a window of `FIRST_WINDOW_S` and each later one on the
+windows the controller gives it (twice `WINDOW_S` after a change, as the window that
+judges it), follows each decision, undoes a grow that pays neither way the controller
+accepts (its first window after the change neither raises the predicted rate by `GAIN`
+nor halves the loop's wait, which is above `PAID_WAIT`), and stops where the rule asks
+for nothing more.
 
 The price is the rate over a run as long as the measured window (what ``--verify``
 measures): the settled pool's predicted rate, less the time the smaller pools spent on
@@ -28,6 +31,7 @@ from unstall.analysis.model.predict import Config, Prediction, fetch_seconds_per
 from unstall.analysis.rates.result import Rates
 from unstall.loader.autotune import AUTO, Budget, Window, decide
 from unstall.loader.autotune.controller import (
+    FIRST_WINDOW_S,
     GAIN,
     START_WORKERS,
     WARMUP_ROUNDS,
@@ -43,6 +47,12 @@ MARGIN = 0.05
 MAX_STEPS = 32
 #: Caps of the model that mean the workers are the bottleneck (they never sit idle then).
 WORKER_CAPS = ("prep", "workers", "cores")
+#: A grow paid whatever the rate did when the loop waits at most this share of its time
+#: after it (the controller's judge, `AutoTuner._judge`, states it inline).
+PAID_WAIT = 0.02
+#: The window after a change (which judges it) and the second window a shrink needs (one
+#: window without a change) last this many `WINDOW_S` (the controller's scaling).
+LONG_WINDOW = 2
 
 
 @dataclass
@@ -67,15 +77,15 @@ class Settling:
     whys: list[str] = field(default_factory=list)
 
 
-def window_at(rates: Rates, config: Config, *, prefetch: int, scale: int = 1) -> Window:
-    """The window the tuner would measure on ``config``'s pool, by the model: the loop waits
-    for what the pool's rate lacks of the model's own; the workers spend CPU and I/O on
-    each batch, and while they are the bottleneck the rest of their time is waiting for a
-    core (the cores are full)."""
+def window_at(rates: Rates, config: Config, *, prefetch: int, seconds: float = WINDOW_S) -> Window:
+    """The window the tuner would measure on ``config``'s pool, by the model, lasting at
+    least ``seconds`` and `WINDOW_BATCHES` batches: the loop waits for what the pool's rate
+    lacks of the model's own; the workers spend CPU and I/O on each batch, and while they
+    are the bottleneck the rest of their time is waiting for a core (the cores are full)."""
     p = predict(rates, config)
     b = config.batch_size
     rate = max(p.samples_per_s, 1e-9)
-    batches = max(WINDOW_BATCHES, math.ceil(WINDOW_S * scale * rate / b))
+    batches = max(WINDOW_BATCHES, math.ceil(seconds * rate / b))
     wall = batches * b / rate
     own = b / rates.ingestion if rates.ingestion > 0 else 0.0
     if rates.main_cpu_s > 0:
@@ -130,9 +140,10 @@ def settle(
     lost_batches: list[tuple[int, int]] = []  # (pool, batches) spent before the last change
     remade = 0  # prefetched batches dropped by the changes
     ceiling, undone = 1 << 16, None
-    n, scale = start, 1
+    n, seconds = start, FIRST_WINDOW_S  # the tuner's first window is short
+    long_s = LONG_WINDOW * WINDOW_S
     for _ in range(MAX_STEPS):
-        w = window_at(rates, at(n), prefetch=prefetch, scale=scale)
+        w = window_at(rates, at(n), prefetch=prefetch, seconds=seconds)
         budget = budget_at(rates, at(n), node_cores=node_cores, ranks=r, others=others)
         d = decide(w, budget, tune_workers=True, tune_prefetch=False, ceiling=ceiling)
         if d is None or d.workers == n:
@@ -151,26 +162,30 @@ def settle(
                 path.append(n)
             break
         if d.why == "workers idle":  # a shrink needs two windows in a row that ask for it
-            w2 = window_at(rates, at(n), prefetch=prefetch, scale=scale)
+            w2 = window_at(rates, at(n), prefetch=prefetch, seconds=long_s)
             w = replace(w, batches=w.batches + w2.batches)
         spent = WARMUP_ROUNDS * n * prefetch + w.batches
         new = predict(rates, at(d.workers)).samples_per_s
         old = predict(rates, at(n)).samples_per_s
-        judge = window_at(rates, at(d.workers), prefetch=prefetch, scale=2)
-        if d.workers > n and new < old * GAIN and judge.wait > 0.02:
+        judge = window_at(rates, at(d.workers), prefetch=prefetch, seconds=long_s)
+        paid = new >= old * GAIN or judge.wait <= w.wait / 2 or judge.wait <= PAID_WAIT
+        if d.workers > n and not paid:
             # the tuner's first window after the grow shows it did not pay: undone, bounded
             lost_batches += [(n, spent), (d.workers, WARMUP_ROUNDS * d.workers * prefetch)]
             lost_batches[-1] = (d.workers, lost_batches[-1][1] + judge.batches)
             remade += n * prefetch + d.workers * prefetch
-            undone = f"a grow to {d.workers} would not raise the rate {GAIN:g}x: undone"
-            ceiling = n
+            undone = (
+                f"a grow to {d.workers} would neither raise the rate {GAIN:g}x nor halve "
+                "the loop's wait: undone"
+            )
+            ceiling, seconds = n, WINDOW_S  # the pool it went back to: a plain window
             whys.append(d.why)
             continue
         lost_batches.append((n, spent))
         batches.append(spent)
         remade += n * prefetch
         whys.append(d.why)
-        n, scale = d.workers, 2
+        n, seconds = d.workers, long_s  # the window that judges the change decides next
         path.append(n)
     final = predict(rates, at(n))
     rate = max(final.samples_per_s, 1e-9)
