@@ -188,15 +188,24 @@ class Rig:
 
 
 def run(
-    *, quick: bool, console: Any = None, scale: bool = False, scale_gb: float | None = None
+    *,
+    quick: bool,
+    console: Any = None,
+    scale: bool = False,
+    scale_gb: float | None = None,
+    repeats: int | None = None,
 ) -> BenchResult:
     """The 150 MB comparison; with ``scale`` (or ``scale_gb``), `shards_scale`: a dataset of
-    ``scale_gb`` GB (default 2) and twice that, time to first batch and epochs."""
+    ``scale_gb`` GB (default 2) and twice that, time to first batch and epochs (the median
+    of ``repeats`` runs of every loader, 1 unless given)."""
     if scale or scale_gb is not None:
         from unstall.bench import shards_scale
 
         return shards_scale.run(
-            quick=quick, console=console, scale_gb=scale_gb or shards_scale.SCALE_GB
+            quick=quick,
+            console=console,
+            scale_gb=scale_gb or shards_scale.SCALE_GB,
+            runs=repeats or 1,
         )
     from unstall.data.synthetic import ensure_demo_dataset
     from unstall.stores import LocalStore

@@ -202,7 +202,12 @@ def _number(raw: bytes) -> int:
     return int(tail[1:]) if tail[:1] == b"#" else -1
 
 
-def run(*, quick: bool, console: Any = None, scale_gb: float = SCALE_GB) -> BenchResult:
+def run(
+    *, quick: bool, console: Any = None, scale_gb: float = SCALE_GB, runs: int = 1
+) -> BenchResult:
+    """Build the datasets once, then ``runs`` rounds of every loader (each round at every
+    latency, loaders in turn, so slow phases of a shared machine spread over all of them);
+    each cell is the median of its runs (`_median`)."""
     from unstall.data.synthetic import ensure_demo_dataset
     from unstall.stores import LocalStore
 
@@ -212,7 +217,7 @@ def run(*, quick: bool, console: Any = None, scale_gb: float = SCALE_GB) -> Benc
     keys = sorted(k for k in local.list() if k.endswith(".jpg"))
     classes = sorted({k.split("/", 1)[0] for k in keys})
     base = [(local.get(k), classes.index(k.split("/", 1)[0])) for k in keys]
-    results: dict[str, dict[int, dict[str, dict[str, Any]]]] = {}
+    results: dict[str, dict[int, dict[str, list[dict[str, Any]]]]] = {}
     sizes = {"1x": scale_gb, "2x": 2 * scale_gb}
     with (
         tempfile.TemporaryDirectory(prefix="unstall-bench-scale-") as tmp_dir,
@@ -228,16 +233,35 @@ def run(*, quick: bool, console: Any = None, scale_gb: float = SCALE_GB) -> Benc
             say(f"{tag}: {data['samples']:,} samples, {data['tars']} tar shards, "
                 f"{data['bytes'] / 1e9:.2f} GB, made in {time.perf_counter() - t0:.0f} s, "
                 f"`unstall index` {data['index_s']} s")  # fmt: skip
-        for ms in LATENCIES_MS:
-            with ProxyProcess(server.endpoint, ms / 1000) as endpoint:
-                for tag, data in built.items():
-                    if tag == "2x" and ms != LATENCIES_MS[0]:
-                        continue  # the flatness check at one latency (time on 2 cores)
-                    for name in LOADERS if tag == "1x" else SIZE_LOADERS:
-                        got = one_run(name, server, endpoint, data, tmp)
-                        results.setdefault(tag, {}).setdefault(ms, {})[name] = got
-                        say(_line(tag, ms, name, got, data["samples"]))
-    return _result(results, built, scale_gb=scale_gb, quick=quick)
+        for r in range(runs):
+            for ms in LATENCIES_MS:
+                with ProxyProcess(server.endpoint, ms / 1000) as endpoint:
+                    for tag, data in built.items():
+                        if tag == "2x" and ms != LATENCIES_MS[0]:
+                            continue  # the flatness check at one latency (time on 2 cores)
+                        for name in LOADERS if tag == "1x" else SIZE_LOADERS:
+                            got = one_run(name, server, endpoint, data, tmp)
+                            results.setdefault(tag, {}).setdefault(ms, {}).setdefault(
+                                name, []
+                            ).append(got)
+                            say(f"run {r + 1}/{runs} " + _line(tag, ms, name, got, data["samples"]))
+    return _result(
+        {t: {ms: {n: _median(g) for n, g in b.items()} for ms, b in m.items()}
+         for t, m in results.items()},
+        built, scale_gb=scale_gb, quick=quick, runs=results,
+    )  # fmt: skip
+
+
+def _median(gots: list[dict[str, Any]]) -> dict[str, Any]:
+    """One loader's runs as one: the median time to first batch and of each epoch's time,
+    exactly once only if every run was."""
+    import statistics
+
+    return {
+        "first_batch_s": statistics.median(g["first_batch_s"] for g in gots),
+        "epochs_s": [statistics.median(g["epochs_s"][e] for g in gots) for e in (0, 1)],
+        "exact": [all(all(g["exact"]) for g in gots)],
+    }
 
 
 def _line(tag: str, ms: int, name: str, got: dict[str, Any], n: int) -> str:
@@ -252,8 +276,29 @@ def _result(
     *,
     scale_gb: float,
     quick: bool,
+    runs: dict[str, dict[int, dict[str, list[dict[str, Any]]]]] | None = None,
 ) -> BenchResult:
     rows, per = [], {}
+    every = {  # each run's figures, beside the medians
+        tag: {
+            str(ms): {
+                name: [
+                    {
+                        "first_batch_s": round(g["first_batch_s"], 3),
+                        "epoch1_per_s": round(built[tag]["samples"] / g["epochs_s"][0], 1),
+                        "epoch2_per_s": round(built[tag]["samples"] / g["epochs_s"][1], 1),
+                        "exact": all(g["exact"]),
+                    }
+                    for g in gots
+                ]
+                for name, gots in by_loader.items()
+            }
+            for ms, by_loader in by_ms.items()
+        }
+        for tag, by_ms in (runs or {}).items()
+    }
+    n_runs = max((len(g) for m in (runs or {}).values() for b in m.values() for g in b.values()),
+                 default=1)  # fmt: skip
     for tag, by_ms in results.items():
         n = built[tag]["samples"]
         for ms, by_loader in by_ms.items():
@@ -303,6 +348,7 @@ def _result(
         rows=rows,
         detail={
             "per_size": per,
+            "per_run": every,
             "goals": goals,
             "exact": exact,
             "datasets": built,
@@ -313,12 +359,13 @@ def _result(
                 "num_workers": WORKERS,
                 "fetch_only": True,
                 "shard_bytes": SHARD_BYTES,
-                "runs": 1,
+                "runs": n_runs,
             },
         },
         notes=[
             "first batch: from making the dataset (cold local caches) to the first batch; "
-            "epoch 1: from making the dataset to its last batch; epoch 2: the next pass",
+            "epoch 1: from making the dataset to its last batch; epoch 2: the next pass; "
+            f"each cell the median of {n_runs} run(s) (each run in detail.per_run)",
             "unstall tar: no index anywhere (the first shard is indexed as the dataset is made, "
             "the others as they land in the background; epoch 1 streams in key-order shard "
             "windows before len() is known); unstall tar indexed: the index beside the "
