@@ -1,22 +1,20 @@
 """`bench shards --scale`: the first batch at any dataset size, tar and MDS shards on S3.
 
-A dataset of ``scale_gb`` GB (default 2) in 64 MiB shards, each sample distinct (the
-demo's JPEGs, each with its own number appended after its end marker), written as
-tar shards and as MDS shards (Mosaic's ``MDSWriter``) on SeaweedFS behind the
-delaying proxy at 0 and 20 ms; then the tars at twice the size (at 0 ms: the first
-batch's flatness). Per loader: time to
-first batch from making the dataset (cold local caches), epoch 1 samples/s (from
-making the dataset to its last batch), epoch 2 samples/s (the next pass), every
-epoch checked to yield each sample exactly once. Loaders: unstall on the tars with
-no index anywhere (the first survey reads every shard), unstall on the tars with
-the index beside them (`unstall index URL`, made once before the runs), unstall on
-the MDS shards, webdataset on the tars, Mosaic Streaming on the MDS shards.
+``scale_gb`` GB (default 2) in 64 MiB shards of distinct samples (the demo's JPEGs, each
+numbered after its end marker), as tars and as MDS shards on SeaweedFS behind the delaying
+proxy at 0 and 20 ms, then the tars at twice the size (0 ms: the first batch's flatness).
+Per loader: time to first batch and epoch 1 samples/s, both from making the dataset (cold
+local caches), epoch 2 samples/s, each epoch checked exactly-once; medians of ``repeats``.
+Loaders: unstall on the tars with no index anywhere (trains from its first shard while the
+rest land), unstall on the tars with the index beside them (`unstall index URL`), unstall
+on the MDS shards, webdataset on the tars, Mosaic Streaming on the MDS shards.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -255,8 +253,6 @@ def run(
 def _median(gots: list[dict[str, Any]]) -> dict[str, Any]:
     """One loader's runs as one: the median time to first batch and of each epoch's time,
     exactly once only if every run was."""
-    import statistics
-
     return {
         "first_batch_s": statistics.median(g["first_batch_s"] for g in gots),
         "epochs_s": [statistics.median(g["epochs_s"][e] for g in gots) for e in (0, 1)],
@@ -395,13 +391,9 @@ def goal_lines(goals: dict[str, dict[str, dict[str, float | None]]]) -> list[str
         for name, got in by_loader.items():
             parts = []
             for key, what, goal, at_most in GOALS:
-                value = got.get(key)
-                if value is None:
-                    continue
-                met = value <= goal if at_most else value >= goal
-                sign = "<=" if at_most else ">="
-                parts.append(
-                    f"{what} {value:.2f}x (goal {sign} {goal}: {'met' if met else 'NOT met'})"
-                )
+                if (value := got.get(key)) is not None:
+                    met = value <= goal if at_most else value >= goal
+                    goal_is = f"goal {'<=' if at_most else '>='} {goal}"
+                    parts.append(f"{what} {value:.2f}x ({goal_is}: {'met' if met else 'NOT met'})")
             out.append(f"{ms} ms, {name}: " + "; ".join(parts))
     return out
