@@ -39,6 +39,7 @@ from unstall.loader.autotune.controller import (
     WINDOW_S,
 )
 from unstall.loader.autotune.resources import cores_left, training_cores
+from unstall.loader.autotune.rule import JUDGE_SCALE, PAID_WAIT
 
 #: ``"auto"`` is recommended when its price is within this share of the best fixed setting's
 #: prediction and a fixed count is fragile on this job (`fragile`).
@@ -47,12 +48,6 @@ MARGIN = 0.05
 MAX_STEPS = 32
 #: Caps of the model that mean the workers are the bottleneck (they never sit idle then).
 WORKER_CAPS = ("prep", "workers", "cores")
-#: A grow paid whatever the rate did when the loop waits at most this share of its time
-#: after it (the controller's judge, `AutoTuner._judge`, states it inline).
-PAID_WAIT = 0.02
-#: The window after a change (which judges it) and the second window a shrink needs (one
-#: window without a change) last this many `WINDOW_S` (the controller's scaling).
-LONG_WINDOW = 2
 
 
 @dataclass
@@ -141,7 +136,7 @@ def settle(
     remade = 0  # prefetched batches dropped by the changes
     ceiling, undone = 1 << 16, None
     n, seconds = start, FIRST_WINDOW_S  # the tuner's first window is short
-    long_s = LONG_WINDOW * WINDOW_S
+    long_s = JUDGE_SCALE * WINDOW_S
     for _ in range(MAX_STEPS):
         w = window_at(rates, at(n), prefetch=prefetch, seconds=seconds)
         budget = budget_at(rates, at(n), node_cores=node_cores, ranks=r, others=others)

@@ -27,7 +27,7 @@ import weakref
 from typing import Any
 
 from unstall.loader import schedclock
-from unstall.loader.autotune import resources
+from unstall.loader.autotune import resources, rule
 from unstall.loader.autotune.pool import can_restart, restart_pool
 from unstall.loader.autotune.rule import GROW_WAIT, Budget, Decision, Window, decide
 from unstall.loader.autotune.share import NodeShare, job_key
@@ -177,7 +177,7 @@ class AutoTuner:
         # after a change, the window that judges it is longer; once settled, they lengthen
         # a loop that waits now gets the base length (costs went up: react within a window)
         settled = 0 if self._wait > GROW_WAIT * (now - self._w0) else min(self._settled, 3)
-        scale = 2 if self._last_change is not None else 1 << settled
+        scale = rule.JUDGE_SCALE if self._last_change is not None else 1 << settled
         base = FIRST_WINDOW_S if self._windows == 0 else WINDOW_S
         if now - self._w0 >= base * scale and self._batches >= WINDOW_BATCHES:
             self._close_window(now)
@@ -268,7 +268,7 @@ class AutoTuner:
         was = last["inflight"]
         more_requests = (self.inflight or 0) > (was or 0)
         grew = w.workers > before.workers or w.prefetch > before.prefetch or more_requests
-        paid = w.rate >= before.rate * GAIN or w.wait <= before.wait / 2 or w.wait <= 0.02
+        paid = w.rate >= before.rate * GAIN or w.wait <= before.wait / 2 or w.wait <= rule.PAID_WAIT
         if grew and not paid:
             self._hold_until = time.perf_counter() + HOLD_S
             if more_requests:

@@ -31,6 +31,10 @@ from dataclasses import dataclass
 
 #: The loop waiting more than this share of its time: the workers are behind.
 GROW_WAIT = 0.05
+#: A grow pays whatever the rate did when the loop then waits at most this share of its time.
+PAID_WAIT = 0.02
+#: The window after a change (the one that judges it) lasts this many base windows.
+JUDGE_SCALE = 2
 #: Spare busy capacity kept when shrinking (workers needed x this).
 HEADROOM = 1.3
 #: Runnable-but-waiting time per task second above which no core counts as free.
