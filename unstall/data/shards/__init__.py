@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from unstall.data.shards.dataset import ShardDataset
 from unstall.data.shards.format import ShardFormat
+from unstall.data.shards.index import ShardTable
 from unstall.data.shards.mds import MDSShards
 from unstall.data.shards.parquet import ParquetShards
 from unstall.data.shards.tar import ShardFormatError, TarShards
@@ -22,6 +23,7 @@ __all__ = [
     "ShardDataset",
     "ShardFormat",
     "ShardFormatError",
+    "ShardTable",
     "TarShards",
     "expand",
 ]
