@@ -51,3 +51,36 @@ def test_bench_overhead_writes_json_via_the_installed_entry_point(tmp_path):
     assert "ratio (unstall / baseline)" in proc.stdout
     data = json.loads(out.read_text())
     assert data["benchmark"] == "overhead" and data["ratio"] > 0
+
+
+def test_bench_without_its_extra_names_the_extra_and_the_commands(capsys, monkeypatch):
+    """`unstall bench shards` where the peers' loaders are not installed: no traceback, the
+    missing modules, the `bench-shards` extra and Mosaic's own command, before anything runs."""
+    for module in ("webdataset", "boto3", "streaming"):
+        monkeypatch.setitem(sys.modules, module, None)  # not importable, whatever is installed
+    assert main(["bench", "shards", "--quick"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "`unstall bench shards` needs webdataset, boto3, streaming," in err, err
+    assert "pip install 'unstall[bench-shards]' (webdataset, boto3)" in err, err
+    assert "pip install --no-deps 'mosaicml-streaming>=0.9' (streaming)" in err, err
+    assert "Traceback" not in err
+
+
+def test_a_module_missing_while_a_bench_runs_is_named_with_its_install(capsys, monkeypatch):
+    """Any benchmark: a module `NEEDS` does not list, missing at run time, is named too."""
+    import types
+
+    from unstall.bench import BENCHMARKS
+
+    fake = types.ModuleType("fake_bench")
+
+    def run(*, quick, console):
+        raise ModuleNotFoundError("No module named 'fancylib'", name="fancylib")
+
+    fake.run, fake.DESCRIPTION = run, "a benchmark whose library is not installed"
+    monkeypatch.setitem(sys.modules, "fake_bench", fake)
+    monkeypatch.setitem(BENCHMARKS, "fake", "fake_bench")
+    assert main(["bench", "fake"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "`unstall bench fake` needs fancylib, not installed here" in err, err
+    assert "pip install fancylib (fancylib)" in err, err
