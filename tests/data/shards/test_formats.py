@@ -105,3 +105,27 @@ def test_unstall_index_reads_the_table(tmp_path, monkeypatch, capsys):
     assert main(["index", str(root), "--format", "jsonl", "--local-only"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "2 jsonl shards, 10 samples indexed" in out and "2 indexed on this node" in out
+
+
+def test_a_sample_that_fails_names_its_index_and_key(tmp_path):
+    """Every failure of ``prepare`` is one `SampleError` naming the sample and its key."""
+    from unstall.errors import SampleError
+
+    root = tmp_path / "bad"
+    root.mkdir()
+    rows = ['{"text": "a", "label": 1}', "not json", '{"text": "c", "label": "x"}', '{"t": 1}']
+    (root / "part-0.jsonl").write_text("\n".join(rows) + "\n")
+
+    def boom(text: str) -> str:
+        raise RuntimeError(f"cannot use {text!r}")
+
+    cases = [
+        ({}, 1, r"^cannot read sample 1 \(part-0\.jsonl:1\): JSONDecodeError: "),
+        ({}, 2, r"^sample 2 \(part-0\.jsonl:2\): label 'x' is not an integer$"),
+        ({}, 3, r"^sample 3 \(part-0\.jsonl:3\) has no field 'text'; it has t$"),
+        ({"transform": boom}, 0, r"^cannot prepare sample 0 \(part-0\.jsonl:0\): RuntimeError: "),
+    ]
+    for options, index, message in cases:
+        with pytest.raises(SampleError, match=message) as caught:
+            JsonLines(str(root), **options)[index]
+        assert caught.value.index == index and caught.value.key == f"part-0.jsonl:{index}"
