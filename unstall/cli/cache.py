@@ -121,5 +121,5 @@ def _no_user(row: dict) -> str:
     if until:
         import time
 
-        return f"none (kept to {time.strftime('%H:%M', time.localtime(until))})"
+        return f"none (kept until {time.strftime('%H:%M', time.localtime(until))})"
     return "none (dead job)"
