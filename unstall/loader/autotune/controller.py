@@ -194,7 +194,7 @@ class AutoTuner:
         t0 = time.perf_counter()
         if self._store is not None and self.inflight:  # new workers take it: no probes
             self._store.set_inflight(self.inflight)
-        new_raw = restart_pool(loader, it, raw, decision.workers, decision.prefetch)
+        new_raw = restart_pool(loader, it, decision.workers, decision.prefetch)
         self.restart_s += time.perf_counter() - t0
         self._raw = weakref.ref(new_raw)
         self.workers, self.prefetch = decision.workers, decision.prefetch
@@ -204,7 +204,7 @@ class AutoTuner:
     # Deciding ----------------------------------------------------------------
     def _follow_schedule(self, it: Any) -> None:
         at, workers, prefetch = self._schedule[0]
-        if it._cursor.handed >= at:
+        if it.cursor.handed >= at:
             self._schedule.pop(0)
             self._change(Decision(workers, prefetch or self.prefetch, "schedule"), None)
 
@@ -361,7 +361,7 @@ class AutoTuner:
 
     def _cursor(self) -> Any:
         it = self._it() if self._it is not None else None
-        return it._cursor if it is not None else None
+        return it.cursor if it is not None else None
 
     def _reset_window(self) -> None:
         self._w0, self._c0 = time.perf_counter(), time.process_time()
