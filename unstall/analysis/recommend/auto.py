@@ -290,6 +290,9 @@ def auto_row(
     predicted = price(s, horizon_s)
     best = replace(at, workers=int(rec["kwargs"]["num_workers"]))
     fixed = predict(rates, best).samples_per_s
+    # model against model (the job as it is, the best fixed setting); never below the
+    # job as measured, as for any recommendation
+    current = predict(rates, base).samples_per_s
     reasons = fragile(
         base,
         rates,
@@ -299,9 +302,6 @@ def auto_row(
         ranks=ranks,
         others=others,
     )
-    # model against model (the job as it is, the best fixed setting); never below the
-    # job as measured, as for any recommendation
-    current = predict(rates, base).samples_per_s
     close = predicted >= (1 - MARGIN) * max(fixed, current)
     recommended = bool(reasons) and close and round(predicted, 1) >= round(measured, 1)
     if recommended:
