@@ -107,12 +107,20 @@ def test_exactly_once_while_a_fresh_dataset_lands(fresh, seaweed, workers):
         ds.location.close()
 
 
-def test_two_ranks_while_a_fresh_dataset_lands(fresh, seaweed):
-    """Both ranks made before either reads: both stream epoch 0; together exactly once."""
+def test_two_ranks_while_a_fresh_dataset_lands(fresh, seaweed, monkeypatch):
+    """Both ranks made before either reads: both stream epoch 0; together exactly once.
+
+    The background downloads start once both ranks are made (held until then): else, on a
+    loaded machine, the first rank's lands every shard before the second is made."""
     proxy = DelayProxy(seaweed.endpoint, delay=0.1).__enter__()
     opts = {**fresh.opts, "endpoint": proxy.endpoint}
+    start, held = ShardFiles.start_background, []
+    monkeypatch.setattr(ShardFiles, "start_background", lambda *a, **k: held.append((a, k)))
     datasets = [TarShards(fresh.url, **opts) for _ in range(2)]
-    assert not any(ds.length_known for ds in datasets)
+    monkeypatch.setattr(ShardFiles, "start_background", start)
+    assert len(held) == 2 and not any(ds.length_known for ds in datasets)
+    for a, k in held:  # the shards land now, while the ranks read
+        start(*a, **k)
     got = {}
     for epoch in range(2):
         for rank, ds in enumerate(datasets):
