@@ -64,8 +64,8 @@ def _started(tmp: Path, procs: list[subprocess.Popen]) -> None:
     deadline = time.monotonic() + START_S
     while len(os.listdir(tmp / "barrier")) < len(procs):
         for p in procs:
-            if p.poll() not in (None, 0):
-                _finish(p, 10)  # failed while starting: its output in the message
+            if p.poll() not in (None, 0) and not (tmp / "barrier" / str(p.pid)).exists():
+                _finish(p, 10)  # failed before its loader was made: its output in the message
         assert time.monotonic() < deadline, f"members did not start within {START_S} s"
         time.sleep(0.01)
 
@@ -159,6 +159,7 @@ def test_sigkilled_member_blocks_nobody_and_shm_is_clean(tmp_path, expected):
     procs = _start(
         tmp_path, group, 3, env_each=lambda j: {"MEMBER_SUICIDE_AFTER": "5"} if j == 2 else {}
     )
+    _started(tmp_path, procs)
     t0 = time.monotonic()
     for p in procs[:2]:
         _finish(p, 60)
