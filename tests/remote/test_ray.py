@@ -7,6 +7,7 @@ in each epoch; ``stats()["remote"]`` says how many were.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -167,6 +168,74 @@ def test_sigint_mid_epoch_leaves_no_actors_and_no_shared_memory(cluster, tmp_pat
         proc.kill()
     wait_for(lambda: not alive_actors(), 30, "no actor left after SIGINT")
     assert set(os.listdir("/dev/shm")) - shm_before == set()
+
+
+FOLDER_SCRIPT = """
+import glob, hashlib, os, sys
+import numpy as np
+import torch
+from PIL import Image
+
+
+class PngFolder(torch.utils.data.Dataset):
+    def __init__(self, root):
+        self.paths = sorted(glob.glob(os.path.join(root, "*.png")))
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        x = torch.from_numpy(np.asarray(Image.open(self.paths[i]).convert("RGB")).copy())
+        x = x.permute(2, 0, 1)
+        if torch.rand(()) < 0.5:
+            x = x.flip(2)
+        return x, i
+
+
+torch.manual_seed(0)
+loader = torch.utils.data.DataLoader(
+    PngFolder(sys.argv[1]), batch_size=4, shuffle=True, num_workers=1
+)
+for epoch in range(2):
+    for x, y in loader:
+        print(hashlib.sha1(x.numpy().tobytes()).hexdigest()[:16], y.tolist(), flush=True)
+"""
+
+
+def test_an_unchanged_torchvision_style_script_under_unstall_run_config(cluster, tmp_path):
+    """A plain Dataset of PNG paths (PIL, a random flip), nothing of unstall in the script:
+    ``unstall run --config`` with ``remote`` gives the same batches as local workers."""
+    from PIL import Image
+
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = torch.Generator().manual_seed(0)
+    for i in range(24):
+        pixels = torch.randint(0, 256, (16, 16, 3), dtype=torch.uint8, generator=rng)
+        Image.fromarray(pixels.numpy()).save(images / f"{i:03d}.png")
+    script = tmp_path / "train.py"
+    script.write_text(FOLDER_SCRIPT)
+    outputs = []
+    for name, extra in (
+        ("local", {}),
+        ("remote", {"remote": {"address": cluster.address, "workers": 2, "wait_up_s": 120}}),
+    ):
+        config = tmp_path / f"{name}.json"
+        config.write_text(json.dumps({"kwargs": {"seed": 5, **extra}}))
+        report = tmp_path / f"{name}-run.json"
+        cmd = [sys.executable, "-m", "unstall", "run", "--json", str(report), "--config"]
+        cmd += [str(config), "--", sys.executable, str(script), str(images)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=150, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout.splitlines())
+        (proc,) = json.loads(report.read_text())["processes"]
+        (row,) = proc["loaders"]
+        if extra:
+            assert row["remote"]["batches"] > 0, row["remote"]
+            assert "joined the Ray cluster" in done.stderr
+            assert "prepared by 2 remote workers" in done.stderr
+    assert len(outputs[0]) == 12 and outputs[0] == outputs[1]
+    wait_for(lambda: not alive_actors(), 30, "the script's actors to go")
 
 
 def test_a_node_removed_mid_epoch_resends_its_batches(cluster):

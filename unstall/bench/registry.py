@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "shards": "unstall.bench.shards",
     "filecache": "unstall.bench.filecache",
     "autotune": "unstall.bench.autotune",
+    "remote": "unstall.bench.remote",
 }
 
 
