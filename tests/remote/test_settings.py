@@ -56,6 +56,8 @@ def test_a_loader_checks_remote_at_construction(monkeypatch):
         unstall.DataLoader(ds, batch_size=2, remote=unstall.Remote())
     with pytest.raises(ValueError, match="workers=0"):
         unstall.DataLoader(ds, batch_size=2, remote={"workers": 0})
+    with pytest.raises(ValueError, match="cannot be combined"):
+        unstall.DataLoader(ds, batch_size=2, remote={"workers": 1}, coordinate="g")
     with pytest.raises(ValueError, match=r"remote=.*map-style"):
         unstall.DataLoader(Stream(), batch_size=2, remote=unstall.Remote())
 

@@ -134,6 +134,8 @@ def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> Benc
         f"{ratio:.2f}x ({'met' if ratio >= GOAL else 'NOT met'})",
         "the remote nodes are processes on this machine: waiting scales here, CPU-bound "
         "preparation needs real machines",
+        f"remote batches and bytes moved: over all {repeats + 1} epochs of a case (warm-up "
+        "included); CPU per batch: the measured epochs",
     ]
     return BenchResult(
         name="remote",

@@ -104,6 +104,11 @@ class LoaderSettings:
         # a dataset with its own epoch order (shards) draws its seed as torch would
         unstall_order = unstall_order or callable(getattr(dataset, "epoch_order", None))
         seed = None  # torch's order and draws (position.py)
+        if a.get("remote") and a["coordinate"]:
+            raise ValueError(
+                f"remote= and coordinate={a['coordinate']!r} cannot be combined: a group shares "
+                "batches on one node; pass one of them"
+            )
         if unstall_order or a["coordinate"] or a.get("remote"):  # remote: draws by batch key
             seed = resolve_seed(a["seed"], a["generator"], world_size)
         device = resolve_device(a["device"])
