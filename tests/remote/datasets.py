@@ -26,3 +26,10 @@ class Noisy(torch.utils.data.Dataset):
             time.sleep(self.sleep_s)
         noise = torch.rand(3, 4, 4) + float(np.random.rand()) + random.random()
         return {"index": i, "x": noise + i}
+
+
+class NotOnTheNodes(Noisy):
+    """Unpickles nowhere but here: the nodes lack what it needs (as a missing module would)."""
+
+    def __setstate__(self, state):
+        raise ImportError("No module named 'codec_only_here'")

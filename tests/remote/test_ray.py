@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import unstall
-from tests.remote.datasets import Noisy
+from tests.remote.datasets import Noisy, NotOnTheNodes
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,6 +114,23 @@ def test_a_failing_sample_is_named_and_the_epoch_goes_on(cluster):
     assert "sample 13 is corrupt" in text and "dataset index 13" in text, text
     assert "remote worker" in text, text
     assert seen == [i for i in range(32) if i // 4 != 13 // 4]
+    loader.close()
+
+
+def test_a_dataset_the_nodes_cannot_build_is_said_once_and_served_locally(cluster, caplog):
+    loader = unstall.DataLoader(
+        NotOnTheNodes(16), batch_size=4, seed=0, num_workers=1, remote=remote(cluster, workers=1)
+    )
+
+    def said() -> bool:
+        loader.stats()  # takes the actors' answers in
+        return any("cannot build the dataset" in r.getMessage() for r in caplog.records)
+
+    wait_for(said, 60, "the warning")
+    (message,) = [r.getMessage() for r in caplog.records if "cannot build" in r.getMessage()]
+    assert "codec_only_here" in message
+    assert [i for b in loader for i in b["index"].tolist()] == list(range(16))
+    assert loader.stats()["remote"]["batches"] == 0
     loader.close()
 
 

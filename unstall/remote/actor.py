@@ -1,7 +1,9 @@
 """What runs on a remote node: one Ray actor that prepares whole batches.
 
 The actor builds the loader's batch task once, from the `Shipment` the trainer put in
-Ray's object store, and then prepares the index lists it is sent. A batch is a function
+Ray's object store (sent with ``load``, the first call of each life of the actor: an actor
+that restarts with an object-store argument draws one Ray error line per actor,
+ray#53727), and then prepares the index lists it is sent. A batch is a function
 of (seed, epoch, batch index) alone (`unstall.pipeline.batch_seed`), so the same batch
 prepared here, on another actor or by a local worker is bit-identical: re-sending a lost
 one elsewhere is harmless. A dataset's error comes back as a `TaskFailure` naming the
@@ -58,24 +60,28 @@ def where() -> str:
     return f"{socket.gethostname()} ({node})"
 
 
+class Unloaded:
+    """What `BatchWorker.run` answers before ``load``: the actor restarted unseen."""
+
+
 class BatchWorker:
     """A Ray actor's body: the batch task, built once, run for each batch sent."""
 
-    def __init__(self, shipped: list[Any]):
-        import ray
-
-        # the shipment's ref inside a list: Ray leaves it to us (a top-level ref argument of an
-        # actor that restarts draws Ray's warning on every actor, ray#53727); the loader keeps it
-        shipment: Shipment = ray.get(shipped[0])
-        self.task = BatchTask(shipment.dataset, shipment.collate_fn, unbatched=shipment.unbatched)
+    def __init__(self) -> None:
+        self.task: BatchTask | None = None
         self.node = where()
 
-    def ready(self) -> tuple[str, int]:
-        """``(node, pid)``: answered once the actor is up (after a restart too)."""
+    def load(self, shipment: Shipment) -> tuple[str, int]:
+        """Build the batch task (once a life); ``(node, pid)``: the actor is up."""
+        if self.task is None:
+            s = shipment
+            self.task = BatchTask(s.dataset, s.collate_fn, unbatched=s.unbatched)
         return self.node, os.getpid()
 
-    def run(self, indices: list[int], key: Any, reseed: bool) -> Done | TaskFailure:
+    def run(self, indices: list[int], key: Any, reseed: bool) -> Done | TaskFailure | Unloaded:
         """Prepare the batch ``indices`` (whose seed key is ``key``)."""
+        if self.task is None:
+            return Unloaded()
         t0 = time.perf_counter()
         batch = planned_batch(indices, [], key, reseed)
         try:

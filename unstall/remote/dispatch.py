@@ -25,6 +25,7 @@ from typing import Any
 
 from unstall.loader.failures import add_note, is_task_error, mark_task_error
 from unstall.loader.fetch import Timing
+from unstall.remote.actor import Unloaded
 from unstall.remote.wire import from_wire
 
 log = logging.getLogger("unstall")
@@ -145,6 +146,9 @@ class EpochRun:
             return
         except RayError as exc:  # the actor's process or node is gone
             self._lost(actor, job, exc)
+            return
+        if isinstance(out, Unloaded):  # it restarted unseen: load it again, send the batch again
+            self._lost(actor, job, RuntimeError("restarted"))
             return
         done = getattr(out, "payload", None)
         if done is None and not hasattr(out, "nbytes"):  # a `TaskFailure`: raised at its turn

@@ -4,12 +4,14 @@ Each actor reserves ``cpus_per_worker`` (and ``resources``) and restarts whereve
 finds room when its process or node is lost (``max_restarts=-1``); Ray retries none of
 its tasks (``max_task_retries=0``): the dispatcher re-sends lost batches itself, to any
 actor that is up (Ray's ``ActorPool`` would keep sending to a dead one, ray#50313). An
-actor counts as up once it has answered ``ready()`` since its last loss.
+actor counts as up once it has answered ``load()`` (it builds the dataset from the
+shipment) since its last loss.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -18,8 +20,12 @@ from typing import Any
 from unstall.remote.actor import BatchWorker
 from unstall.remote.settings import Remote
 
-#: Seconds between two ``ready()`` probes of an actor whose probe failed.
+log = logging.getLogger("unstall")
+
+#: Seconds between two ``load()`` probes of an actor whose probe failed.
 PROBE_EVERY_S = 0.5
+#: Seconds between two ``load()`` calls of an actor where building the dataset failed.
+LOAD_RETRY_S = 10.0
 
 
 @dataclass(eq=False)
@@ -32,10 +38,11 @@ class Actor:
     pid: int = 0
     up: bool = False
     running: int = 0  # batches sent and not yet answered
-    probe: Any = None  # the pending ``ready()`` call, if any
+    probe: Any = None  # the pending ``load()`` call, if any
     probe_at: float = 0.0  # when to probe again after a failed probe
     down_since: float | None = field(default_factory=time.monotonic)
     nodes: set[str] = field(default_factory=set)  # every node it ran on
+    load_failed: bool = False  # its ``load()`` raised (said once)
 
 
 class ActorPool:
@@ -60,19 +67,17 @@ class ActorPool:
         if remote.resources:
             options["resources"] = dict(remote.resources)
         self.shipment_ref = shipment_ref  # kept: a restarted actor is rebuilt from it
-        self.actors = [
-            Actor(cls.options(**options).remote([shipment_ref]), n) for n in range(remote.workers)
-        ]
+        self.actors = [Actor(cls.options(**options).remote(), n) for n in range(remote.workers)]
         self.inflight: dict[Any, tuple[Actor, Any]] = {}
         for actor in self.actors:
             self._probe(actor)
         self.closed = False
 
     def _probe(self, actor: Actor) -> None:
-        actor.probe = actor.handle.ready.remote()
+        actor.probe = actor.handle.load.remote(self.shipment_ref)
 
     def probes(self) -> dict[Any, Actor]:
-        """Pending ``ready()`` calls (probes due again are sent now)."""
+        """Pending ``load()`` calls (probes due again are sent now)."""
         now = time.monotonic()
         for actor in self.actors:
             if not actor.up and actor.probe is None and now >= actor.probe_at:
@@ -103,10 +108,23 @@ class ActorPool:
     def answered(self, actor: Actor, ref: Any) -> bool:
         """Settle ``actor``'s probe ``ref``; True when the actor came (back) up."""
         import ray
+        from ray.exceptions import RayTaskError
 
         actor.probe = None
         try:
             actor.node, actor.pid = ray.get(ref)
+        except RayTaskError as exc:  # the dataset cannot be built there: say so, once
+            if not actor.load_failed:
+                log.warning(
+                    "unstall: remote worker %d cannot build the dataset (%s); local workers "
+                    "prepare its share until it can (retried every %g s)",
+                    actor.number,
+                    str(exc).strip().splitlines()[-1][:300],
+                    LOAD_RETRY_S,
+                )
+            actor.load_failed = True
+            actor.probe_at = time.monotonic() + LOAD_RETRY_S
+            return False
         except Exception:  # still restarting, or gone for good: probe again later
             actor.probe_at = time.monotonic() + PROBE_EVERY_S
             return False
