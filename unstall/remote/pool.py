@@ -95,15 +95,22 @@ class ActorPool:
                 self.answered(probes[ref], ref)
 
     def wait_up(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds for every actor to be up."""
+        """Wait up to ``timeout`` seconds for every actor to be up (or to fail to load)."""
         import ray
 
         deadline = time.monotonic() + timeout
-        while self.up_count() < len(self.actors) and (left := deadline - time.monotonic()) > 0:
+        while self._coming() and (left := deadline - time.monotonic()) > 0:
             probes = self.probes()
+            if not probes:  # a probe failed: the next is due soon
+                time.sleep(min(left, PROBE_EVERY_S))
+                continue
             ready, _ = ray.wait(list(probes), num_returns=1, timeout=min(left, PROBE_EVERY_S))
             for ref in ready:
                 self.answered(probes[ref], ref)
+
+    def _coming(self) -> bool:
+        """Some actor is neither up nor failing to build the dataset."""
+        return any(not (a.up or a.load_failed) for a in self.actors)
 
     def answered(self, actor: Actor, ref: Any) -> bool:
         """Settle ``actor``'s probe ``ref``; True when the actor came (back) up."""
@@ -128,7 +135,7 @@ class ActorPool:
         except Exception:  # still restarting, or gone for good: probe again later
             actor.probe_at = time.monotonic() + PROBE_EVERY_S
             return False
-        actor.up, actor.down_since = True, None
+        actor.up, actor.down_since, actor.load_failed = True, None, False
         actor.nodes.add(actor.node)
         return True
 
