@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "shards": "unstall.bench.shards",
     "filecache": "unstall.bench.filecache",
     "autotune": "unstall.bench.autotune",
+    "remote": "unstall.bench.remote",
 }
 
 #: The SeaweedFS ``weed`` binary (the S3 server the benchmarks run on 127.0.0.1).
