@@ -12,6 +12,7 @@ import os
 import pytest
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # set before ray is imported
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # no usage report leaves the machine
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 #: Object store of each node [bytes] (Ray's minimum is 75 MiB).

@@ -96,6 +96,7 @@ def _case(n: int, remote: Any, repeats: int) -> dict[str, Any]:
 def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> BenchResult:
     say = console.print if console is not None else print
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # nothing sent off this machine
     import ray
     from ray.cluster_utils import Cluster
 
