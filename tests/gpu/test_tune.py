@@ -27,7 +27,7 @@ def test_it_climbs_to_the_fastest_share_and_threads():
 
     def rate(s: Setting) -> float:
         return (
-            6000 + 4000 * s.hw_decoder_load + 300 * min(s.threads, 8) - 50 * max(0, s.threads - 8)
+            6000 + 8000 * s.hw_decoder_load + 300 * min(s.threads, 8) - 50 * max(0, s.threads - 8)
         )
 
     tuner = DecoderTuner(Setting(0.5, 2), max_threads=32, window=4, settle=2, max_trials=20)
@@ -49,7 +49,9 @@ def test_a_lower_share_and_more_threads_are_kept_where_the_hardware_engines_are_
     tuner = DecoderTuner(Setting(1.0, 4), max_threads=16, window=3, settle=1, max_trials=20)
     drive(tuner, rate)
     assert tuner.kept == Setting(0.5, 16) and tuner.kept_rate == max(tuner.rates.values())
-    assert tuner.kept_rate == pytest.approx(18_000) and tuner.rates[Setting(1.0, 4)] == 9000
+    assert tuner.kept_rate == pytest.approx(18_000) and tuner.rates[
+        Setting(1.0, 4)
+    ] == pytest.approx(9000)
 
 
 def test_changes_within_the_noise_do_not_pay_and_it_goes_back():
@@ -61,8 +63,8 @@ def test_changes_within_the_noise_do_not_pay_and_it_goes_back():
     tuner = DecoderTuner(Setting(1.0, 4), max_threads=8, window=2, settle=0)
     used = drive(tuner, rate)
     assert tuner.done and tuner.kept == Setting(1.0, 4) and used[-1] == Setting(1.0, 4)
-    assert tuner.trials == 3  # threads 8, share 0.9, threads 2: each measured once
-    assert len(used) == 5  # start, three trials, back to the start
+    assert tuner.trials == 4  # threads 8, share 0.9, threads 2, both (0.9, 8): once each
+    assert len(used) == 6  # start, four trials, back to the start
 
 
 def test_batches_fed_before_a_change_are_not_counted():
