@@ -89,6 +89,20 @@ def test_decoder_settings_retuned_mid_epoch_keep_every_batch(jpeg_dir, monkeypat
     assert plan["dali_threads"] == tuners[0].current.threads and plan["rejected_batches"] == 0
 
 
+@needs_dali
+def test_prep_gpu_resumed_mid_epoch_gives_the_exact_rest(jpeg_dir, monkeypatch):
+    monkeypatch.setenv(ENGINE_ENV, "dali")
+    want = list(loader(jpeg_dir, "cpu"))[1:]
+    first = loader(jpeg_dir, "gpu")
+    it = iter(first)
+    next(it)  # the next batch is already fed to DALI: it must not be lost or handed twice
+    state = first.state_dict()
+    del it, first
+    second = loader(jpeg_dir, "gpu")
+    second.load_state_dict(state)
+    close_to(list(second), want)
+
+
 def test_main_cpu_is_the_loop_threads_and_the_stage_thread_is_counted_apart(jpeg_dir, monkeypatch):
     """An engine that burns 30 ms of CPU a batch on the GPU stage's thread: the loop's thread
     (``main_cpu_ms_per_batch``) does not pay it, ``stage_cpu_ms_per_batch`` shows it."""
