@@ -37,6 +37,7 @@ BENCHES = (
     "s3",
     "prep",
     "train",
+    "gpufeed",
     "hpsearch",
     "whatif",
     "distributed",

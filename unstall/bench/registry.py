@@ -15,6 +15,7 @@ BENCHMARKS: dict[str, str] = {
     "s3": "unstall.bench.s3",
     "prep": "unstall.bench.prep",
     "train": "unstall.bench.train",
+    "gpufeed": "unstall.bench.gpufeed",
     "hpsearch": "unstall.bench.hpsearch",
     "whatif": "unstall.bench.whatif",
     "distributed": "unstall.bench.distributed",

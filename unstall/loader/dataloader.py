@@ -360,10 +360,10 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         out = self._stats.as_dict()
         out["num_workers"] = self.num_workers
         cpu_s, batches = self._main_cpu.seconds, self._main_cpu.batches
-        if self._gpu_prep is not None:  # its decode + augment thread is main-process CPU too
-            cpu_s += self._stats.stage_cpu_s
-        out["main_cpu_s"] = round(cpu_s, 6)
+        out["main_cpu_s"] = round(cpu_s, 6)  # the training loop's thread, in ``__next__``
         out["main_cpu_ms_per_batch"] = round(1e3 * cpu_s / batches, 4) if batches else 0.0
+        if self._gpu_prep is not None and batches:  # the GPU stage's own thread, beside it
+            out["stage_cpu_ms_per_batch"] = round(1e3 * self._stats.stage_cpu_s / batches, 4)
         plan = getattr(self._gpu_prep, "stats", None)
         out["prep_plan"] = plan() if callable(plan) else {"mode": self.prep}
         if self._handoff is not None:

@@ -10,7 +10,8 @@ short measurements on the job's own samples, never assumed:
   its JPEGs, in the job's process (`unstall.analysis.measure.script.lean`);
 - ``coordinate``: K jobs of a sweep on one node preparing each batch once;
 - ``gpu``: GPU decode, where a GPU decoder and a CUDA device are present (its rate is
-  not guessed: measured on that machine, or reported as not measured);
+  not guessed: the GPU stage timed on the job's files on that machine, or reported as
+  not measured);
 - ``cache``: the disk tier or peers for a fetch-bound job (the samples come from local
   disk from the second epoch); for a script's own dataset that opens the files it lists,
   the node cache of those whole files under ``unstall run --config``, or why it cannot
@@ -37,11 +38,13 @@ def remedies(
     cuda: bool = False,
     decoder: str | None = None,
     files: dict[str, Any] | None = None,
+    gpu_probe: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Each remedy that applies to this bottleneck, with its prediction or why it has none
     (``probe``: the lean pipeline timed beside the job's own ``dataset[i]``; ``cuda``,
     ``decoder``: the machine's GPU decode, as measured; ``files``: whether the file-level
-    cache applies to a dataset that opens its files itself, issue 40)."""
+    cache applies to a dataset that opens its files itself, issue 40; ``gpu_probe``: the GPU
+    stage's own rate on the job's files, measured on this machine's GPU, issue 47)."""
     out: list[dict[str, Any]] = []
     if bottleneck == "prep" and "prep" not in unknown:
         out.append(_lean(rates, base, probe, measured))
@@ -59,7 +62,7 @@ def remedies(
                     config={"kwargs": {"coordinate": "sweep"}},
                 )
             )
-        out.append(_gpu(cuda, decoder))
+        out.append(_gpu(cuda, decoder, gpu_probe, rates, base, measured))
     if bottleneck == "fetch" and "fetch" not in unknown:
         files = files or {}
         if files.get("applies") is not None:
@@ -144,22 +147,41 @@ def _lean(
     return row
 
 
-def _gpu(cuda: bool, decoder: str | None) -> dict[str, Any]:
-    """GPU decode (`prep="auto"|"gpu"|"hybrid"`): listed with what it needs; priced only where
-    measured, never guessed."""
+def _gpu(
+    cuda: bool,
+    decoder: str | None,
+    probe: dict[str, Any] | None,
+    rates: Rates,
+    base: Config,
+    measured: float,
+) -> dict[str, Any]:
+    """GPU decode (`prep="hybrid"`): priced where the GPU stage's rate was measured on the
+    job's files on this machine (`unstall.gpu.gpu_prep_rate`): the CPU workers' rate as
+    measured plus the GPU stage's, capped by what else limits the job (its model's rate G,
+    fetch, the loop); else listed with what it needs, never guessed."""
+    what = (
+        "decode and augment on the GPU beside the CPU workers: unstall.ImageFolder + "
+        "DataLoader(device='cuda', prep='auto' or 'hybrid')"
+    )
+    applies = "a change of dataset in the script (a few lines)"
+    if cuda and decoder is not None and probe and probe.get("gpu_per_s"):
+        cap = predict(replace(rates, prep_cpu_s=0.0), base).samples_per_s
+        row = _row("gpu", what, min(cap, measured + probe["gpu_per_s"]), measured)
+        return {**row, "decoder": decoder, "applies": applies, "probe": probe}
     if not cuda:
         reason = "not measured: no CUDA device on this machine"
     elif decoder is None:
         reason = "not measured: no GPU decoder installed (pip install 'unstall[dali]')"
     else:
-        reason = f"not measured: {decoder} is importable; measure with `unstall bench train`"
+        reason = (
+            f"not measured: {decoder} is importable, but the job lists no JPEG files to time it on"
+        )
     return {
         "remedy": "gpu",
-        "what": "decode and augment on the GPU beside the CPU workers: unstall.ImageFolder + "
-        "DataLoader(device='cuda', prep='auto' or 'hybrid')",
+        "what": what,
         "predicted_samples_per_s": None,
         "predicted_speedup": None,
         "not_measured": reason,
         "decoder": decoder,
-        "applies": "a change of dataset in the script (a few lines)",
+        "applies": applies,
     }

@@ -55,6 +55,7 @@ def advise(a: Analysis) -> Advice:
         cuda=m.machine.cuda,
         decoder=m.machine.gpu_decoder,
         files=files,
+        gpu_probe=m.extra.get("gpu_probe"),
     )
     over = d.extra.get("oversubscription") or {}
     auto = auto_row(
