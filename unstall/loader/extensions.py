@@ -2,9 +2,11 @@
 
 The loader builds its machinery without importing the layers above it: a plug-in module
 registers the factory serving an option here when it is imported, and the loader imports
-the module named for an option only when a loader asks for that option. Two are served:
-``coordinate=`` (`unstall.coordination.plugin`: the group a loader joins) and the GPU
-stage of ``prep=`` (`unstall.gpu.plugin`: its parts for the workers and the device).
+the module named for an option only when a loader asks for that option. Three are served:
+``coordinate=`` (`unstall.coordination.plugin`: the group a loader joins), the GPU
+stage of ``prep=`` (`unstall.gpu.plugin`: its parts for the workers and the device) and
+``"adapt"`` (`unstall.adapt.plugin`: a torchvision dataset's pipeline run as unstall's,
+for ``prep="lean"|"gpu"|"hybrid"|"auto"``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from typing import Any, Protocol
 
 _factories: dict[str, Callable[..., Any]] = {}
 #: The module that registers each option's factory when it is imported.
-PROVIDERS = {"coordinate": "unstall.coordination.plugin", "prep": "unstall.gpu.plugin"}
+PROVIDERS = {
+    "coordinate": "unstall.coordination.plugin",
+    "prep": "unstall.gpu.plugin",
+    "adapt": "unstall.adapt.plugin",
+}
 
 
 class Member(Protocol):

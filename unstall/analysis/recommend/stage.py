@@ -8,7 +8,7 @@ from typing import Any
 
 from unstall.analysis.model.stage import Analysis
 from unstall.analysis.recommend.auto import auto_row, with_auto
-from unstall.analysis.recommend.remedies import remedies
+from unstall.analysis.recommend.remedies import remedies, with_lean
 from unstall.analysis.recommend.search import file_cache_advice, recommend
 
 
@@ -73,4 +73,7 @@ def advise(a: Analysis) -> Advice:
     fixes.append(auto)
     if auto["recommended"]:
         rec = with_auto(rec, auto, rec["predicted_current_samples_per_s"])
+    lean = next((r for r in fixes if r["remedy"] == "lean" and r.get("config")), None)
+    if lean is not None:
+        rec = with_lean(rec, lean, a.base_config.workers)
     return Advice(a, rec, fixes)
