@@ -52,6 +52,9 @@ def _replace(recipe: Recipe, prep: str, a: dict[str, Any]) -> Any:
     cuda = torch.cuda.is_available()
     if a.get("device") is None and cuda:
         a["device"] = "cuda"  # where the loop moves it: its .cuda() then costs nothing
+    if not cuda and a.get("pin_memory"):
+        a["pin_memory"] = False  # moot: torch pins nothing without an accelerator either;
+        # off, batches cross in zero-copy slots instead of torch's pickled shared memory
     gpu_stage = prep in ("gpu", "hybrid") or (prep == "auto" and cuda)
     why = ""
     if gpu_stage and not recipe.standard:

@@ -70,6 +70,7 @@ def advise(a: Analysis) -> Advice:
         others=float(over.get("cores_used_by_others") or 0.0),
         oversubscription=over or None,
     )
+    auto = unpriced_if_short(auto, m.runs["cold"].wall_s)
     fixes.append(auto)
     if auto["recommended"]:
         rec = with_auto(rec, auto, rec["predicted_current_samples_per_s"])
@@ -77,3 +78,26 @@ def advise(a: Analysis) -> Advice:
     if lean is not None:
         rec = with_lean(rec, lean, a.base_config.workers)
     return Advice(a, rec, fixes)
+
+
+#: The shortest measured window an ``auto`` price is shown over [Unit: second]: the tuner
+#: judges a pool on windows of 0.1-0.6 s, and its walk takes several; a price over less
+#: (e.g. "56 samples/s over 0.2 s") says more about the window than about the job.
+MIN_PRICE_WINDOW_S = 2.0
+
+
+def unpriced_if_short(auto: dict[str, Any], window_s: float) -> dict[str, Any]:
+    """The ``auto`` row without its price (and not recommended) when ``window_s``, the run it
+    would be priced over, is shorter than `MIN_PRICE_WINDOW_S`; as it is otherwise."""
+    if auto.get("predicted_samples_per_s") is None or window_s >= MIN_PRICE_WINDOW_S:
+        return auto
+    keep = ("remedy", "what", "applies", "config")
+    return {
+        **{k: auto[k] for k in keep if k in auto},
+        "recommended": False,
+        "predicted_samples_per_s": None,
+        "predicted_speedup": None,
+        "not_measured": f"not priced: the measured window lasted {window_s:.1f} s, under the "
+        f"{MIN_PRICE_WINDOW_S:g} s a price of the tuner's settling needs (measure longer: "
+        "without --quick, or a larger --min-seconds)",
+    }
