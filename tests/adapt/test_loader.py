@@ -84,6 +84,16 @@ def test_an_unknown_op_leaves_the_dataset_as_it_is_and_says_which(solid_folder, 
     assert next(iter(loader))[0].shape == (8, 3, 32, 32)
 
 
+def test_an_iterable_dataset_under_a_lean_config_runs_as_it_is(capsys) -> None:
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    loader = unstall.DataLoader(Stream(), batch_size=5, prep="lean")
+    assert "dataset left as it is: Stream is not a torchvision" in capsys.readouterr().err
+    assert [b.tolist() for b in loader] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+
+
 def test_refusals_name_what_is_unknown(solid_folder) -> None:
     NEAREST = T.InterpolationMode.NEAREST
 

@@ -71,9 +71,10 @@ def build_transform(recipe: Recipe, *, output: str) -> ImagePipeline | FolderPip
 
 def adapted_dataset(recipe: Recipe, *, output: str) -> TorchvisionFolder:
     """A `TorchvisionFolder` over the recipe's files, ``output`` ``"float"`` or ``"uint8"``."""
-    dirs = {os.path.dirname(os.path.abspath(p)) for p in recipe.paths}
-    root = os.path.commonpath(sorted(dirs))
-    keys = [os.path.relpath(os.path.abspath(p), root).replace(os.sep, "/") for p in recipe.paths]
+    paths = [os.path.abspath(p) for p in recipe.paths]  # normalized: "//", "..", relative
+    root = os.path.commonpath(sorted({os.path.dirname(p) for p in paths}))
+    cut = len(os.path.join(root, ""))  # ImageNet's 1.28M paths: a slice each, not relpath
+    keys = [p[cut:].replace(os.sep, "/") for p in paths]
     return TorchvisionFolder(
         root,
         keys,

@@ -32,18 +32,19 @@ ADAPTING = ("lean", "gpu", "hybrid", "auto")
 def adapt_arguments(dataset: Any, a: dict[str, Any]) -> Any:
     """The dataset the loader runs for ``a["prep"]``; ``a`` updated (``prep``, ``device``,
     ``device_transform``) to what the loader itself knows. ``dataset`` as it is where no
-    replacement applies (then ``prep`` is ``"cpu"``, the script's own work)."""
+    replacement applies (then ``prep="lean"`` is None, the loader's default: the script's
+    own work, which an iterable dataset keeps too)."""
     prep = a.get("prep")
     if prep not in ADAPTING:
         return dataset
     if callable(getattr(dataset, "fetch", None)):  # unstall's own dataset: its own pipeline
         if prep == "lean":
-            a["prep"] = "cpu"
+            a["prep"] = None
         return dataset
     found = recognize(dataset)
     if isinstance(found, Refusal):
         _say(f"unstall: prep={prep!r}: dataset left as it is: {found.reason}")
-        a["prep"] = "cpu"
+        a["prep"] = None
         return dataset
     return _replace(found, prep, a)
 

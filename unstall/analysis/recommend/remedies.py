@@ -59,7 +59,7 @@ def remedies(
                     config={"kwargs": {"coordinate": "sweep"}},
                 )
             )
-        out.append(_gpu(cuda, decoder))
+        out.append(_gpu(cuda, decoder, (probe or {}).get("adapt")))
     if bottleneck == "fetch" and "fetch" not in unknown:
         files = files or {}
         if files.get("applies") is not None:
@@ -162,9 +162,10 @@ LEAN_APPLIES = (
 )
 
 
-def _gpu(cuda: bool, decoder: str | None) -> dict[str, Any]:
+def _gpu(cuda: bool, decoder: str | None, adapt: str | None = None) -> dict[str, Any]:
     """GPU decode (`prep="auto"|"gpu"|"hybrid"`): listed with what it needs; priced only where
-    measured, never guessed."""
+    measured, never guessed. ``adapt``: the recognized torchvision dataset, which a config
+    puts on the GPU stage unedited."""
     if not cuda:
         reason = "not measured: no CUDA device on this machine"
     elif decoder is None:
@@ -179,7 +180,10 @@ def _gpu(cuda: bool, decoder: str | None) -> dict[str, Any]:
         "predicted_speedup": None,
         "not_measured": reason,
         "decoder": decoder,
-        "applies": "a change of dataset in the script (a few lines)",
+        "applies": "a change of dataset in the script (a few lines)"
+        if adapt is None
+        else 'unstall run --config FILE, FILE holding {"kwargs": {"prep": "auto"}} (no edit of '
+        f"the script: the {adapt}'s RandomResizedCrop + flip go to the GPU stage)",
     }
 
 
