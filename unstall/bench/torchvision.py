@@ -127,6 +127,7 @@ def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> Benc
             f"{repeats} alternating pairs of runs, one epoch of {images} images each, batch 32, "
             f"2 workers, a simulated step of {STEP_MS} ms; the config is what `unstall analyze "
             "--quick` recommended for the unchanged script in the same run; ratio: the median of "
-            "the pairs' ratios (goal >= 2x)"
+            "the pairs' ratios (goal >= 2x)",
+            "pairs' ratios, in run order: " + ", ".join(f"{r:.2f}" for r in pairs),
         ],
     )
