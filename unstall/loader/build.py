@@ -18,7 +18,7 @@ from torch.utils.data import BatchSampler, Sampler
 
 from unstall.loader import extensions
 from unstall.loader.fetch import BatchTask, FetchLayer
-from unstall.loader.handoff import SlotHandoff, SlotSampler
+from unstall.loader.handoff import SlotHandoff, SlotSampler, slots_for
 from unstall.loader.prep_plan import declared_batch_bytes, default_device_transform, plan_prep
 from unstall.loader.sampling import OrderSpec, PlanSampler, UserBatchSampler
 from unstall.loader.settings import LoaderSettings
@@ -123,7 +123,7 @@ def build_machinery(owner: Any, dataset: Any, s: LoaderSettings) -> Machinery:
     handoff: SlotHandoff | None = None
     torch_sampler: Sampler = plan
     if zero_copy:
-        depth = (s.prefetch_factor or 2) * num_workers + 4
+        depth = slots_for(num_workers, s.prefetch_factor)
         cuda = device is not None and device.type == "cuda"
         declared = declared_batch_bytes(dataset, batch_size, prep)
         handoff = SlotHandoff(depth, batch_bytes=declared, cuda_register=cuda)
