@@ -80,24 +80,21 @@ def advise(a: Analysis) -> Advice:
     return Advice(a, rec, fixes)
 
 
-#: The shortest measured window an ``auto`` price is shown over [Unit: second]: the tuner
-#: judges a pool on windows of 0.1-0.6 s, and its walk takes several; a price over less
-#: (e.g. "56 samples/s over 0.2 s") says more about the window than about the job.
-MIN_PRICE_WINDOW_S = 2.0
-
-
 def unpriced_if_short(auto: dict[str, Any], window_s: float) -> dict[str, Any]:
-    """The ``auto`` row without its price (and not recommended) when ``window_s``, the run it
-    would be priced over, is shorter than `MIN_PRICE_WINDOW_S`; as it is otherwise."""
-    if auto.get("predicted_samples_per_s") is None or window_s >= MIN_PRICE_WINDOW_S:
+    """The ``auto`` row without its price (and not recommended) where ``window_s``, the run it
+    is priced over, is shorter than the time its settling loses: such a price (e.g. "56
+    samples/s (0.01x) over 0.2 s") is the window's, not the job's, which pays that settling
+    once over a run of minutes or hours. As it is otherwise."""
+    lost = (auto.get("settling") or {}).get("seconds_lost")
+    if auto.get("predicted_samples_per_s") is None or lost is None or window_s >= lost:
         return auto
-    keep = ("remedy", "what", "applies", "config")
+    keep = ("remedy", "what", "applies", "config", "settles_on", "settled_samples_per_s")
     return {
         **{k: auto[k] for k in keep if k in auto},
         "recommended": False,
         "predicted_samples_per_s": None,
         "predicted_speedup": None,
-        "not_measured": f"not priced: the measured window lasted {window_s:.1f} s, under the "
-        f"{MIN_PRICE_WINDOW_S:g} s a price of the tuner's settling needs (measure longer: "
-        "without --quick, or a larger --min-seconds)",
+        "not_measured": f"not priced: the measured window lasted {window_s:.1f} s, less than "
+        f"the {lost:.1f} s its settling would lose (measure longer: without --quick, or a "
+        "larger --min-seconds)",
     }
