@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import torch
 import torch.utils.data
-from torch.utils.data import Sampler
+from torch.utils.data import IterableDataset, Sampler
 
 from unstall.loader import hooks
 from unstall.loader.autotune import take_auto
@@ -76,6 +76,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         coordinate: a group name (or True: named from the dataset's fingerprint).
             Loaders on this node in the same group prepare each batch once and share
             it through shared memory (see docs/guide/sweeps.md).
+        remote: an `unstall.Remote`: Ray actors on other machines prepare the batches local
+            workers cannot, with the same order and draws (docs/guide/remote.md).
         num_workers, prefetch_factor: as torch's, or ``"auto"``: the loader starts small
             and changes its pool between batches while it runs (`unstall.loader.autotune`;
             ``stats()["autotune"]`` says what it chose and why).
@@ -115,15 +117,12 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         prep: str | None = None,
         zero_copy: bool | None = None,
         coordinate: str | bool | None = None,
+        remote: Any = None,
     ):
-        a = dict(locals())
-        for name in ("self", "dataset", "__class__"):
-            a.pop(name, None)
+        a = {k: v for k, v in dict(locals()).items() if k not in ("self", "dataset", "__class__")}
         hooks.first_loader()  # `unstall run` / analyze start watching a script's own loaders
         dataset = apply_config(dataset, a)  # $UNSTALL_CONFIG; prep='lean' on torchvision's
-        iterable = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
-            dataset, "__len__"
-        )
+        iterable = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__")
         self._autotune = take_auto(a, map_style=not iterable)  # "auto" -> starting values
         # torch checks the options and sets the attributes it exposes, exactly as its own.
         shadow = TorchDataLoader(dataset, **torch_arguments(a, dataset))
@@ -134,12 +133,10 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._stats_sources: list[Callable[[], dict[str, Any]]] = []
         self._position = EpochPosition()
         self._current: weakref.ref[Any] | None = None  # the last iter(): replaced by the next
-        self._passthrough = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
-            dataset, "__len__"
-        )
+        self._passthrough = iterable
         if self._autotune is not None:
             weakref.finalize(self, self._autotune.close)
-            self._autotune.enabled = not a["coordinate"]  # a group's pool stays as it started
+            self._autotune.enabled = not (a["coordinate"] or a["remote"])  # pool stays as started
         if self._passthrough:
             self._fetch_layer = None
             if a["cache"] is not None and a["cache"] is not False:  # issue 40: files cached
@@ -171,7 +168,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self._gpu_prep = m.gpu_prep
             self._device_transform = m.device_transform
             self._worker_seeds = m.worker_seeds
-            self._coordination = m.coordination  # issue 18: see unstall/coordination
+            self._coordination, self._remote = m.coordination, m.remote  # issues 18, 45
             self._inner = m.torch_loader
             me = weakref.ref(self)  # the starter holds no loader: no reference cycle
             self._starter = EpochStarter(
@@ -303,8 +300,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         files, layer = sys.modules.get("unstall.cache.files"), getattr(self, "_fetch_layer", None)
         if files is not None and isinstance(layer, files.FileCache):  # loaded only where used
             layer.close()
-        if getattr(self, "_coordination", None) is not None:  # issue 18: leave the group
-            self._coordination.close()
+        for part in (getattr(self, "_coordination", None), getattr(self, "_remote", None)):
+            if part is not None:  # issue 18: leave the group; 45: stop the remote workers
+                part.close()
         if getattr(self, "_autotune", None) is not None:
             self._autotune.close()
 
