@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, str] = {
     "shards": "unstall.bench.shards",
     "filecache": "unstall.bench.filecache",
     "autotune": "unstall.bench.autotune",
+    "torchvision": "unstall.bench.torchvision",
     "remote": "unstall.bench.remote",
 }
 

@@ -28,8 +28,8 @@ from unstall.loader.position import EpochPosition, check_state
 from unstall.loader.sampling import OrderView
 from unstall.loader.settings import (
     LoaderSettings,
+    apply_config,
     check_passthrough,
-    config_overrides,
     torch_arguments,
 )
 from unstall.loader.stats import CpuMeter, LoaderStats
@@ -67,9 +67,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             crops; a GPU stage, DALI where installed, decodes, crops, flips and
             normalizes whole batches), ``"hybrid"`` (both on every batch, the CPU share
             following both sides' measured rates) or ``"auto"`` (measures, then settles
-            on one of the three; ``stats()["prep_plan"]`` says which and why). Default:
-            ``"auto"`` when ``device`` is a GPU, the dataset uses the standard
-            `ImagePipeline` and a GPU decoder is importable, else ``"cpu"``.
+            on one of the three; ``stats()["prep_plan"]`` says which); ``"lean"`` and these
+            on a torchvision ImageFolder run its transform as unstall's (`unstall.adapt`).
+            Default: ``"auto"`` on a GPU with the standard pipeline, else ``"cpu"``.
         zero_copy: workers write batches into shared-memory slots the main process
             wraps without copying (default: on with workers, off with ``pin_memory``
             and no ``device``, so torch pins as before).
@@ -121,7 +121,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
     ):
         a = {k: v for k, v in dict(locals()).items() if k not in ("self", "dataset", "__class__")}
         hooks.first_loader()  # `unstall run` / analyze start watching a script's own loaders
-        a.update(config_overrides())
+        dataset = apply_config(dataset, a)  # $UNSTALL_CONFIG; prep='lean' on torchvision's
         iterable = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__")
         self._autotune = take_auto(a, map_style=not iterable)  # "auto" -> starting values
         # torch checks the options and sets the attributes it exposes, exactly as its own.

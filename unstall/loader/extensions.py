@@ -2,10 +2,12 @@
 
 The loader builds its machinery without importing the layers above it: a plug-in module
 registers the factory serving an option here when it is imported, and the loader imports
-the module named for an option only when a loader asks for that option. Three are served:
+the module named for an option only when a loader asks for that option. Four are served:
 ``coordinate=`` (`unstall.coordination.plugin`: the group a loader joins), the GPU
-stage of ``prep=`` (`unstall.gpu.plugin`: its parts for the workers and the device) and
-``remote=`` (`unstall.remote.plugin`: workers on other machines, a `Remote` served).
+stage of ``prep=`` (`unstall.gpu.plugin`: its parts for the workers and the device),
+``"adapt"`` (`unstall.adapt.plugin`: a torchvision dataset's pipeline run as unstall's,
+for ``prep="lean"|"gpu"|"hybrid"|"auto"``) and ``remote=`` (`unstall.remote.plugin`:
+workers on other machines, a `Remote` served).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ _factories: dict[str, Callable[..., Any]] = {}
 PROVIDERS = {
     "coordinate": "unstall.coordination.plugin",
     "prep": "unstall.gpu.plugin",
+    "adapt": "unstall.adapt.plugin",
     "remote": "unstall.remote.plugin",
 }
 

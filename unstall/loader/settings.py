@@ -196,6 +196,18 @@ def check_zero_copy(zero_copy: bool | None, num_workers: int, host_pinning: bool
     return bool(zero_copy)
 
 
+def apply_config(dataset: Any, a: dict[str, Any]) -> Any:
+    """Take ``$UNSTALL_CONFIG``'s kwargs into ``a``; then, for ``prep="lean"|"gpu"|"hybrid"|
+    "auto"`` on a dataset unstall does not know (a torchvision ``ImageFolder``), the dataset
+    the loader runs instead (the ``"adapt"`` extension, `unstall.adapt.plugin`), ``a`` updated."""
+    a.update(config_overrides())
+    if a.get("prep") in ("lean", "gpu", "hybrid", "auto"):
+        from unstall.loader import extensions
+
+        dataset = extensions.get("adapt")(dataset, a)
+    return dataset
+
+
 def config_overrides() -> dict[str, Any]:
     """Keyword arguments from ``$UNSTALL_CONFIG`` (a JSON file with a ``kwargs`` object)."""
     path = os.environ.get("UNSTALL_CONFIG")
