@@ -18,6 +18,7 @@ SERIAL = (
     "tests/bench/test_harness.py",
     "tests/bench/test_filecache.py",
     "tests/models/test_simulated.py",
+    "tests/remote/test_ray.py",  # a Ray cluster of 3 nodes; compares /dev/shm
     "tests/cache/test_bench.py",
     "tests/cache/test_lookup_cost.py",
     "tests/cache/test_lifecycle.py",

@@ -26,7 +26,7 @@ LAZY_PACKAGES = {"unstall/__init__.py", "unstall/pipeline/__init__.py"}
 #: Packages that sit below the loader: they never import it.
 BELOW_LOADER = {"errors", "models", "stores", "pipeline"}
 #: Packages that serve the loader's options from above (`unstall.loader.extensions`).
-ABOVE_LOADER = {"gpu", "coordination", "distributed", "analysis", "launch", *TOP}
+ABOVE_LOADER = {"adapt", "gpu", "coordination", "remote", "distributed", "analysis", "launch", *TOP}
 
 
 def _modules() -> dict[str, ast.Module]:

@@ -15,6 +15,7 @@ BENCHMARKS: dict[str, str] = {
     "s3": "unstall.bench.s3",
     "prep": "unstall.bench.prep",
     "train": "unstall.bench.train",
+    "gpufeed": "unstall.bench.gpufeed",
     "hpsearch": "unstall.bench.hpsearch",
     "whatif": "unstall.bench.whatif",
     "distributed": "unstall.bench.distributed",
@@ -23,6 +24,8 @@ BENCHMARKS: dict[str, str] = {
     "shards": "unstall.bench.shards",
     "filecache": "unstall.bench.filecache",
     "autotune": "unstall.bench.autotune",
+    "torchvision": "unstall.bench.torchvision",
+    "remote": "unstall.bench.remote",
 }
 
 #: The SeaweedFS ``weed`` binary (the S3 server the benchmarks run on 127.0.0.1).

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import torch
 import torch.utils.data
-from torch.utils.data import Sampler
+from torch.utils.data import IterableDataset, Sampler
 
 from unstall.loader import hooks
 from unstall.loader.autotune import take_auto
@@ -28,8 +28,8 @@ from unstall.loader.position import EpochPosition, check_state
 from unstall.loader.sampling import OrderView
 from unstall.loader.settings import (
     LoaderSettings,
+    apply_config,
     check_passthrough,
-    config_overrides,
     torch_arguments,
 )
 from unstall.loader.stats import CpuMeter, LoaderStats
@@ -67,15 +67,17 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             crops; a GPU stage, DALI where installed, decodes, crops, flips and
             normalizes whole batches), ``"hybrid"`` (both on every batch, the CPU share
             following both sides' measured rates) or ``"auto"`` (measures, then settles
-            on one of the three; ``stats()["prep_plan"]`` says which and why). Default:
-            ``"auto"`` when ``device`` is a GPU, the dataset uses the standard
-            `ImagePipeline` and a GPU decoder is importable, else ``"cpu"``.
+            on one of the three; ``stats()["prep_plan"]`` says which); ``"lean"`` and these
+            on a torchvision ImageFolder run its transform as unstall's (`unstall.adapt`).
+            Default: ``"auto"`` on a GPU with the standard pipeline, else ``"cpu"``.
         zero_copy: workers write batches into shared-memory slots the main process
             wraps without copying (default: on with workers, off with ``pin_memory``
             and no ``device``, so torch pins as before).
         coordinate: a group name (or True: named from the dataset's fingerprint).
             Loaders on this node in the same group prepare each batch once and share
             it through shared memory (see docs/guide/sweeps.md).
+        remote: an `unstall.Remote`: Ray actors on other machines prepare the batches local
+            workers cannot, with the same order and draws (docs/guide/remote.md).
         num_workers, prefetch_factor: as torch's, or ``"auto"``: the loader starts small
             and changes its pool between batches while it runs (`unstall.loader.autotune`;
             ``stats()["autotune"]`` says what it chose and why).
@@ -115,15 +117,12 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         prep: str | None = None,
         zero_copy: bool | None = None,
         coordinate: str | bool | None = None,
+        remote: Any = None,
     ):
-        a = dict(locals())
-        for name in ("self", "dataset", "__class__"):
-            a.pop(name, None)
+        a = {k: v for k, v in dict(locals()).items() if k not in ("self", "dataset", "__class__")}
         hooks.first_loader()  # `unstall run` / analyze start watching a script's own loaders
-        a.update(config_overrides())
-        iterable = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
-            dataset, "__len__"
-        )
+        dataset = apply_config(dataset, a)  # $UNSTALL_CONFIG; prep='lean' on torchvision's
+        iterable = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__")
         self._autotune = take_auto(a, map_style=not iterable)  # "auto" -> starting values
         # torch checks the options and sets the attributes it exposes, exactly as its own.
         shadow = TorchDataLoader(dataset, **torch_arguments(a, dataset))
@@ -134,12 +133,10 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._stats_sources: list[Callable[[], dict[str, Any]]] = []
         self._position = EpochPosition()
         self._current: weakref.ref[Any] | None = None  # the last iter(): replaced by the next
-        self._passthrough = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
-            dataset, "__len__"
-        )
+        self._passthrough = iterable
         if self._autotune is not None:
             weakref.finalize(self, self._autotune.close)
-            self._autotune.enabled = not a["coordinate"]  # a group's pool stays as it started
+            self._autotune.enabled = not (a["coordinate"] or a["remote"])  # pool stays as started
         if self._passthrough:
             self._fetch_layer = None
             if a["cache"] is not None and a["cache"] is not False:  # issue 40: files cached
@@ -171,7 +168,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self._gpu_prep = m.gpu_prep
             self._device_transform = m.device_transform
             self._worker_seeds = m.worker_seeds
-            self._coordination = m.coordination  # issue 18: see unstall/coordination
+            self._coordination, self._remote = m.coordination, m.remote  # issues 18, 45
             self._inner = m.torch_loader
             me = weakref.ref(self)  # the starter holds no loader: no reference cycle
             self._starter = EpochStarter(
@@ -303,8 +300,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         files, layer = sys.modules.get("unstall.cache.files"), getattr(self, "_fetch_layer", None)
         if files is not None and isinstance(layer, files.FileCache):  # loaded only where used
             layer.close()
-        if getattr(self, "_coordination", None) is not None:  # issue 18: leave the group
-            self._coordination.close()
+        for part in (getattr(self, "_coordination", None), getattr(self, "_remote", None)):
+            if part is not None:  # issue 18: leave the group; 45: stop the remote workers
+                part.close()
         if getattr(self, "_autotune", None) is not None:
             self._autotune.close()
 
@@ -362,10 +360,10 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         out = self._stats.as_dict()
         out["num_workers"] = self.num_workers
         cpu_s, batches = self._main_cpu.seconds, self._main_cpu.batches
-        if self._gpu_prep is not None:  # its decode + augment thread is main-process CPU too
-            cpu_s += self._stats.stage_cpu_s
-        out["main_cpu_s"] = round(cpu_s, 6)
+        out["main_cpu_s"] = round(cpu_s, 6)  # the training loop's thread, in ``__next__``
         out["main_cpu_ms_per_batch"] = round(1e3 * cpu_s / batches, 4) if batches else 0.0
+        if self._gpu_prep is not None and batches:  # the GPU stage's own thread, beside it
+            out["stage_cpu_ms_per_batch"] = round(1e3 * self._stats.stage_cpu_s / batches, 4)
         plan = getattr(self._gpu_prep, "stats", None)
         out["prep_plan"] = plan() if callable(plan) else {"mode": self.prep}
         if self._handoff is not None:

@@ -167,10 +167,12 @@ class EpochStarter:
             m.handoff.count = slots_for(workers, prefetch)
 
     def _receive(self, raw: Any, epoch: int, start: int) -> Any:
-        coordination = self._parts.coordination
-        if coordination is None:
-            return raw
-        return coordination.receive(raw, epoch, start)  # issue 18: the group's batches
+        coordination, remote = self._parts.coordination, self._parts.remote
+        if coordination is not None:
+            raw = coordination.receive(raw, epoch, start)  # issue 18: the group's batches
+        if remote is not None:  # issue 45: remote workers' batches merged in the plan's order
+            raw = remote.receive(raw, epoch, start)
+        return raw
 
 
 def passthrough_epoch(loader: Any, inner: Any, stats: LoaderStats) -> PassthroughIterator:
