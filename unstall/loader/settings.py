@@ -13,7 +13,6 @@ that process tree then takes the file's ``kwargs`` over the script's own
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 import torch.utils.data
 
+from unstall import machine
 from unstall.loader.device import resolve_device
 
 #: unstall's own arguments: not for iterable datasets, which torch's machinery runs.
@@ -190,7 +190,7 @@ def check_zero_copy(zero_copy: bool | None, num_workers: int, host_pinning: bool
 
 def config_overrides() -> dict[str, Any]:
     """Keyword arguments from ``$UNSTALL_CONFIG`` (a JSON file with a ``kwargs`` object)."""
-    path = os.environ.get("UNSTALL_CONFIG")
+    path = machine.config_path()
     return load_overrides(path) if path else {}
 
 

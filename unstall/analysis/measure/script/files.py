@@ -23,6 +23,8 @@ import random
 import time
 from typing import Any
 
+from unstall import machine
+
 #: Files whose sizes are read to estimate the listed bytes (evenly spaced).
 SIZE_SAMPLE = 256
 #: Files filled per round of `prefill`: it stops at the first round that stores none.
@@ -84,7 +86,7 @@ def file_cache_facts(dataset: Any) -> dict[str, Any]:
 def prefill(loader: Any) -> dict[str, Any] | None:
     """Under ``unstall run --config`` with a cache for a dataset that opens its files: fill the
     node cache now, as an epoch leaves it (module notes); None when nothing applies."""
-    config = os.environ.get("UNSTALL_CONFIG")
+    config = machine.config_path()
     dataset = getattr(loader, "dataset", None)
     if not config or dataset is None:
         return None
