@@ -19,6 +19,8 @@ from collections.abc import Iterator
 
 import psutil
 
+from unstall.cache.shm.reaper import still_linked as still_linked  # the one same-file check
+from unstall.machine import free_bytes as free_bytes  # segments' room, as the machine says
 from unstall.machine import shm_dir, shm_namespace
 
 #: Every unstall segment name starts with this, then the user id.
