@@ -39,7 +39,7 @@ def _cache_room() -> float | None:
     except OSError:
         return None
     available = machine.memory_available_bytes()
-    return None if available is None else min(free, available // 2)
+    return free if available is None else min(free, available // 2)
 
 
 def _cuda() -> bool:
