@@ -31,6 +31,8 @@ SHM_OPEN_MARGIN = 16 << 20
 SHM_RECOMMEND_MARGIN = 256 << 20
 #: The variable that forces the GPU prep engine (``dali`` or ``torch``).
 PREP_ENGINE_ENV = "UNSTALL_PREP_ENGINE"
+#: The variable naming how DALI is fed (`unstall.gpu.dali_feed.FEEDS`; unset: tensors).
+DALI_FEED_ENV = "UNSTALL_DALI_FEED"
 
 
 def _env(name: str) -> str:
@@ -193,6 +195,11 @@ def peer_token() -> str:
 def prep_engine() -> str | None:
     """``$UNSTALL_PREP_ENGINE`` (`PREP_ENGINE_ENV`), lower case: the GPU engine forced."""
     return _env(PREP_ENGINE_ENV).strip().lower() or None
+
+
+def dali_feed() -> str:
+    """``$UNSTALL_DALI_FEED`` (`DALI_FEED_ENV`), lower case ("": the default)."""
+    return _env(DALI_FEED_ENV).strip().lower()
 
 
 def timeline() -> bool:

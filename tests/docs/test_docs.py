@@ -133,11 +133,13 @@ def test_readme_is_short_and_starts_with_the_two_commands():
     assert lines[first + 1 : first + 3] == [
         'python3 -m venv .venv && . .venv/bin/activate && pip install "torch==2.13.0" -e . '
         "&& unstall demo",
-        'python3 -m venv .venv && . .venv/bin/activate && pip install "torch==2.13.0" -e ".[test]" '
+        'python3 -m venv .venv && . .venv/bin/activate && pip --isolated install "torch==2.13.0" '
+        '"torchvision==0.28.0" && pip install -e ".[test]" '
         '&& pytest -n 2 -m "not serial" && pytest -m serial',
     ]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()  # the same commands run in CI
-    assert 'pip install -q "torch==2.13.0" -e ".[test]"' in ci
+    assert 'pip --isolated install -q "torch==2.13.0" "torchvision==0.28.0"' in ci
+    assert 'pip install -q -e ".[test]"' in ci
     assert ci[-2:] == ['pytest -n 2 -m "not serial"', "pytest -m serial"]
 
 

@@ -290,7 +290,10 @@ def test_loader_gpu_prep_path_on_cpu_matches_cpu_prep(
         True,
         True,
     ]
-    assert stats["main_cpu_s"] >= stats["stage_cpu_s"] > 0  # the prep thread's CPU counts
+    assert stats["main_cpu_s"] > 0 and stats["stage_cpu_s"] > 0  # the loop's, the stage's
+    assert stats["stage_cpu_ms_per_batch"] == pytest.approx(
+        1e3 * stats["stage_cpu_s"] / 8, abs=1e-3
+    )
     if zero_copy:
         zero = stats["zero_copy"]  # the first epoch's first tasks go out before slots exist
         assert zero["slot_batches"] >= 4 and zero["spilled"] == 0

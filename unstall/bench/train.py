@@ -8,12 +8,15 @@ device); ``unstall gpu-prep`` (``prep="gpu"``; skipped without CUDA or a usable 
 decoder); ``unstall hybrid`` (``prep="hybrid"``: the workers prepare a share of every
 batch, the GPU stage the rest; its engine runs on the CPU without CUDA); ``DALI (own
 pipeline)`` (DALI's own ResNet input pipeline, the rate to compare with; skipped without
-DALI). Per unstall variant the JSON has ``main_cpu_ms_per_batch`` (the training process's
-CPU) and, for the GPU stage, ``engine_ms_per_batch`` (CUDA events on a GPU),
-``dali_feed_cpu_ms_per_batch``, ``dali_wait_ms_per_batch`` and
-``dali_wait_cpu_ms_per_batch``. Goals on an H100 with 16 cores (``detail.goal``):
-ResNet-18 >= 0.90 of G and >= 3x torch, ResNet-50 >= 0.98 of G and ~2.5x torch, <= 3 ms of
-training-process CPU per batch. Without CUDA the same code runs tiny on the CPU, so it can
+DALI). Per unstall variant the JSON has ``main_cpu_ms_per_batch`` (the CPU of the
+training loop's thread in the loader's ``__next__``) and, for the GPU stage,
+``stage_cpu_ms_per_batch`` (its own thread's CPU), ``engine_ms_per_batch`` (CUDA
+events on a GPU), the DALI feed's, output wait's and copy's ms per batch, the decoder
+settings in use and chosen by measurement (``dali_hw_decoder_load``, ``dali_threads``,
+``decoder_chosen``, ``decoder_rates``) and each side's measured rate. Goals on an
+H100/H200 with 16 cores (``detail.goal``, issue 47): ResNet-18 >= 0.95 of G and >= 1.15x
+DALI's own pipeline, ResNet-50 >= 0.99 of G, <= 3 ms of the loop thread's CPU per batch
+for every unstall variant. Without CUDA the same code runs tiny on the CPU, so it can
 be tested; those figures are not the GPU goal.
 """
 
@@ -44,9 +47,11 @@ DESCRIPTION = "train a real model from local JPEGs: synthetic G, torch, unstall 
 SYNTHETIC, TORCH, LEAN, GPU_PREP = "synthetic (G)", "torch", "unstall cpu-lean", "unstall gpu-prep"
 HYBRID, DALI_OWN = "unstall hybrid", "DALI (own pipeline)"
 #: Goals on an H100 with 16 cores: unstall's share of G and unstall / torch, per model; the
-#: training process's CPU per batch.
+#: loop thread's CPU per batch.
 GOAL_FRACTION_OF_G = 0.9
-GOAL_FRACTION: dict[str, float] = {"resnet18": 0.9, "resnet50": 0.98}
+GOAL_FRACTION: dict[str, float] = {"resnet18": 0.95, "resnet50": 0.99}
+#: unstall's best over DALI's own pipeline, per model (issue 47).
+GOAL_VS_DALI: dict[str, float] = {"resnet18": 1.15}
 GOAL_RATIO: dict[str, float] = {"resnet50": 2.5, "resnet18": 3.0}
 GOAL_MAIN_CPU_MS = 3.0
 LOADERS = {
@@ -57,9 +62,12 @@ LOADERS = {
     HYBRID: "unstall, prep='hybrid': CPU workers and the GPU stage on every batch",
     DALI_OWN: "DALI's own reader + random-crop decoder, all threads",
 }
-#: Keys of the GPU stage's timings lifted from ``prep_plan`` to each variant's figures.
+#: Keys of the GPU stage's timings, decoder settings and each side's rate lifted from
+#: ``prep_plan`` to each variant's figures.
 STAGE_KEYS = ("engine_ms_per_batch", "engine_clock", "dali_feed_cpu_ms_per_batch")
-STAGE_KEYS += ("dali_wait_ms_per_batch", "dali_wait_cpu_ms_per_batch")
+STAGE_KEYS += ("dali_wait_ms_per_batch", "dali_wait_cpu_ms_per_batch", "dali_copy_cpu_ms_per_batch")
+STAGE_KEYS += ("dali_hw_decoder_load", "dali_threads", "decoder_chosen", "decoder_rates")
+STAGE_KEYS += ("cpu_rate_per_s", "gpu_rate_per_s", "cpu_share")
 _LAST = torch.channels_last
 
 
@@ -256,11 +264,13 @@ def run_with(s: TrainSettings, *, console: Any = None) -> BenchResult:
             rate, g_rate = _rate(runs[name]), _rate(runs[SYNTHETIC])
             cost = host.get(name)
             extra = (
-                f"; per batch: main-process CPU {cost['main_cpu_ms_per_batch']:.1f} ms, "
+                f"; per batch: loop thread CPU {cost['main_cpu_ms_per_batch']:.1f} ms, "
                 f"device stage {cost['stage_ms_per_batch']:.1f} ms"
                 if cost
                 else ""
             )
+            if cost and "stage_cpu_ms_per_batch" in cost:
+                extra += f" (its thread's CPU {cost['stage_cpu_ms_per_batch']:.1f} ms)"
             plan = (cost or {}).get("prep_plan")
             if plan:
                 extra += f"; {plan['cpu_share']:.0%} on the CPU workers, rest {plan['engine']}"
@@ -268,7 +278,9 @@ def run_with(s: TrainSettings, *, console: Any = None) -> BenchResult:
                 if "dali_feed_cpu_ms_per_batch" in plan:
                     extra += (
                         f", DALI feed {plan['dali_feed_cpu_ms_per_batch']:.2f} ms CPU, "
-                        f"outputs wait {plan['dali_wait_ms_per_batch']:.2f} ms"
+                        f"outputs wait {plan['dali_wait_ms_per_batch']:.2f} ms, "
+                        f"hw_decoder_load {plan.get('dali_hw_decoder_load')}, "
+                        f"{plan.get('dali_threads')} DALI threads"
                     )
             say(f"  {name:18s} {rate:10,.1f} samples/s, {rate / g_rate:.2f} of G{extra}")
     finally:
@@ -283,6 +295,8 @@ def host_costs(stats: dict[str, Any]) -> dict[str, Any]:
         "main_cpu_ms_per_batch": stats["main_cpu_ms_per_batch"],
         "stage_ms_per_batch": stage.get("mean_ms", 0.0),
     }
+    if "stage_cpu_ms_per_batch" in stats:  # the GPU stage's own thread, beside the loop's
+        out["stage_cpu_ms_per_batch"] = stats["stage_cpu_ms_per_batch"]
     plan = stats.get("prep_plan", {})
     if "engine" in plan:  # which side prepared what, with which engine, in how long
         out["prep_plan"] = plan
@@ -343,8 +357,15 @@ def _result(
             "goal": {
                 "fraction_of_G": goal_fraction,
                 "ratio": goal_ratio,
+                "vs_dali_own": GOAL_VS_DALI.get(s.model),
                 "main_cpu_ms_per_batch": GOAL_MAIN_CPU_MS,
             },
+            "best_vs_dali_own": (
+                round(_rate(runs[best]) / _rate(runs[DALI_OWN]), 4) if DALI_OWN in runs else None
+            ),
+            "worst_main_cpu_ms_per_batch": max(
+                (h["main_cpu_ms_per_batch"] for h in host.values()), default=None
+            ),
             "config": {**asdict(s), "images": s.images},
         },
         notes=[
@@ -355,7 +376,7 @@ def _result(
             "top-level ratio: best unstall variant / torch",
             f"goal on an H100 with 16 cores: unstall >= {goal_fraction:.0%} of G"
             + (f", about {goal_ratio}x torch or more" if goal_ratio else "")
-            + f", <= {GOAL_MAIN_CPU_MS:g} ms of the training process's CPU per batch",
+            + f", <= {GOAL_MAIN_CPU_MS:g} ms of the loop thread's CPU per batch",
             *(f"skipped {name}: {reason}" for name, reason in skipped.items()),
         ],
     )

@@ -9,7 +9,8 @@ is replaced once, with one log line: DALI, then the torch engine, then the CPU w
 (`fallback`). Every engine gives the CPU path's pixels: no EXIF rotation, the same
 chroma upsampling and antialiased resize. GPU libraries are optional (``pip install
 'unstall[dali]'``, ``'unstall[dali-cu12]'`` or ``'unstall[gpu]'``) and imported only
-when used; everything also runs on the CPU.
+when used; everything also runs on the CPU. `gpu_prep_rate` measures the stage's own
+rate on a job's files, for ``unstall analyze``.
 """
 
 from unstall.gpu.augment import crop_flip_normalize, pad_batch, reference_crop_flip_normalize
@@ -22,6 +23,7 @@ from unstall.gpu.engine import (
     pick_engine,
 )
 from unstall.gpu.fallback import EngineError, FallbackEngine
+from unstall.gpu.probe import gpu_prep_rate
 
 __all__ = [
     "Engine",
@@ -33,6 +35,7 @@ __all__ = [
     "cpu_decoder",
     "crop_flip_normalize",
     "decoder_choice",
+    "gpu_prep_rate",
     "pad_batch",
     "pick_decoder",
     "pick_engine",

@@ -25,6 +25,7 @@ import torch
 from unstall import machine
 from unstall.errors import SampleError
 from unstall.gpu.augment import box_inside, crop_flip_normalize
+from unstall.gpu.dali_feed import FEEDS
 from unstall.gpu.decode import GpuDecoder, cpu_decoder, fastest_decoder
 from unstall.gpu.fallback import CpuEngine, EngineError, FallbackEngine
 from unstall.gpu.prep import ENCODED
@@ -33,6 +34,8 @@ from unstall.pipeline.decode import decode_jpeg
 #: Environment variable naming the engine to use (``dali`` or ``torch``); unset: best available.
 ENGINE_ENV = machine.PREP_ENGINE_ENV
 ENGINES = ("dali", "torch")
+#: Environment variable naming how DALI is fed (`unstall.gpu.dali_feed.FEEDS`; unset: tensors).
+FEED_ENV = machine.DALI_FEED_ENV
 
 
 class Engine(Protocol):
@@ -164,13 +167,18 @@ def pick_engine(
     (`fastest_decoder`; unstall's CPU decoder when none works); on a CPU device (CI,
     tests) DALI runs its CPU backend and the torch engine decodes with unstall's CPU
     decoder. Should the engine fail to build or run, the torch engine, then the CPU
-    workers take over. ``UNSTALL_PREP_ENGINE=dali|torch`` forces the first engine.
+    workers take over. ``UNSTALL_PREP_ENGINE=dali|torch`` forces the first engine;
+    ``UNSTALL_DALI_FEED=arrays`` feeds DALI the way it documents (one numpy array per
+    sample: the baseline ``unstall bench gpufeed`` measures).
     Each engine that cannot be used appends ``"name: reason"`` to ``why_not``.
     """
     why_not = [] if why_not is None else why_not
     forced = machine.prep_engine()
     if forced is not None and forced not in ENGINES:
         raise ValueError(f"{ENGINE_ENV}={forced!r} must be one of {ENGINES} or unset")
+    feed = machine.dali_feed() or "tensors"
+    if feed not in FEEDS:
+        raise ValueError(f"{FEED_ENV}={feed!r} must be one of {FEEDS} or unset")
 
     def torch_engine(*, after_failure: bool = False) -> TorchEngine:
         decoder = None
@@ -187,7 +195,7 @@ def pick_engine(
         try:
             from unstall.gpu.dali import DaliEngine
 
-            dali = DaliEngine(pipeline, device, batch_size=batch_size, key_of=key_of)
+            dali = DaliEngine(pipeline, device, batch_size=batch_size, key_of=key_of, feed=feed)
             rest = [("torch engine", lambda: torch_engine(after_failure=True))]
             return FallbackEngine(dali, rest, last)
         except Exception as exc:  # missing or broken optional library: the next engine

@@ -147,6 +147,20 @@ class FallbackEngine:
         timings = getattr(self.engine, "timings", None)
         return timings() if timings is not None else {}
 
+    def retune(self, setting: Any) -> bool:
+        """Apply decoder settings (`unstall.gpu.tune.Setting`) to the engine in use; False
+        where it has none (it fell back from DALI)."""
+        retune = getattr(self.engine, "retune", None)
+        if retune is None:
+            return False
+        retune(hw_decoder_load=setting.hw_decoder_load, num_threads=setting.threads)
+        return True
+
+    def settings(self) -> dict[str, Any]:
+        """The engine in use's decoder settings (empty where it has none)."""
+        settings = getattr(self.engine, "settings", None)
+        return settings() if settings is not None else {}
+
     def _fall_back(self, exc: EngineError) -> None:
         failed = self.engine.name
         root = exc.__cause__ or exc

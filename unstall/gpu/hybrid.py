@@ -2,8 +2,9 @@
 
 A split batch (`unstall.gpu.split`) holds lean uint8 rows the CPU workers prepared
 and the encoded rest. `HybridPrep` (the `DeviceStage`'s prep, run on its thread one
-batch ahead) sends the rest to the engine, normalizes the lean rows on the device,
-puts every row back at its place in the batch, and tells the `ShareController`
+batch ahead, never on the training loop's) starts the lean rows' copy and normalize
+on the device, then sends the rest to the engine (so neither side's rows wait on the
+other's), puts every row back at its place in the batch, and tells the `ShareController`
 what each side took, so the next batches' split follows the measured rates.
 
 The GPU side's time is the device's: on CUDA, events recorded on the stream around
@@ -13,7 +14,8 @@ batch's cost is the larger of that and the host time the engine held this thread
 and with batches in flight it is counted from the previous batch's end, not twice.
 On a CPU device the host clock is the engine's time. ``submit``/``finish`` let a
 caller feed the next batch before taking this one (DALI then overlaps them);
-calling the prep does both at once.
+calling the prep does both at once. Each batch's engine time also goes to the
+decoder tuner (`unstall.gpu.tune`), whose choice the engine applies from the next batch.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 from unstall.gpu.controller import ShareController
 from unstall.gpu.engine import Engine
 from unstall.gpu.split import CPU_ROWS, LEAN, TIMES, gpu_rows, split_sizes
+from unstall.gpu.tune import DecoderTuner
 
 
 @dataclass
@@ -41,6 +44,7 @@ class _Batch:
     started: Any  # the engine's handle, or None
     start: Any  # CUDA event before the engine's work, or None
     host_s: float
+    lean: Any = None  # the CPU workers' rows, normalized on the device at submit
 
 
 @dataclass
@@ -64,14 +68,24 @@ class HybridPrep:
         engine: the GPU stage's engine (`unstall.gpu.engine.Engine`).
         controller: decides the next batches' CPU share.
         cpu_rows: the shared int the workers read (`unstall.gpu.split.shared_rows`).
+        tuner: chooses the engine's decoder settings by measurement (`unstall.gpu.tune`),
+            or None.
     """
 
-    def __init__(self, pipeline: Any, engine: Engine, controller: ShareController, cpu_rows: Any):
+    def __init__(
+        self,
+        pipeline: Any,
+        engine: Engine,
+        controller: ShareController,
+        cpu_rows: Any,
+        tuner: DecoderTuner | None = None,
+    ):
         self.size = pipeline.size
         self.mean, self.std = pipeline.mean, pipeline.std
         self.engine = engine
         self.controller = controller
         self.cpu_rows = cpu_rows
+        self.tuner = tuner
         self.engine_s = 0.0  # the GPU side's time, as the controller saw it
         self.engine_host_s = 0.0  # of which the host held the prep thread
         self.engine_batches = 0
@@ -87,13 +101,15 @@ class HybridPrep:
         n, k = split_sizes(split)
         started = start = None
         host_s = 0.0
+        # the workers' rows first: on their way while the engine works, never queued after it
+        lean = self._normalize(split[LEAN], device) if k > 0 else None
         if n - k > 0:
             start = _event(device)
             t0 = time.perf_counter()
             submit = getattr(self.engine, "submit", None)
             started = submit(split, device) if submit is not None else None
             host_s = time.perf_counter() - t0
-        return _Batch(batch, device, n, k, started, start, host_s)
+        return _Batch(batch, device, n, k, started, start, host_s, lean)
 
     def finish(self, handle: _Batch) -> Any:
         """The batch `submit` started, on the device (batches finish in submission order)."""
@@ -121,7 +137,7 @@ class HybridPrep:
             timed.start, timed.end = handle.start, _event(device)
             timed.previous_end, self._last_end = self._last_end, timed.end
         if k > 0:
-            lean = self._normalize(split[LEAN], device)
+            lean = handle.lean
             if out is None:
                 out = lean  # every row on the CPU, in batch order
             else:
@@ -152,8 +168,18 @@ class HybridPrep:
                 self.engine_s += gpu_s
                 self.engine_host_s += t.host_s
                 self.engine_batches += 1
+                self._tune(t.n - t.k, gpu_s)
             rows = self.controller.observe(t.n, t.k, *t.times, gpu_s if t.n > t.k else 0.0)
             self.cpu_rows.value = rows
+
+    def _tune(self, samples: int, gpu_s: float) -> None:
+        """Tell the decoder tuner; apply the setting it asks for (from the next batch on)."""
+        if self.tuner is None:
+            return
+        change = self.tuner.observe(samples, gpu_s)
+        retune = getattr(self.engine, "retune", None)
+        if change is not None and (retune is None or not retune(change)):
+            self.tuner = None  # the engine in use has no such settings (it fell back)
 
     def _normalize(self, lean: torch.Tensor, device: torch.device) -> torch.Tensor:
         from unstall.pipeline import normalize_batch
@@ -173,6 +199,8 @@ class HybridPrep:
         }
         timings = getattr(self.engine, "timings", None)
         out.update(timings() if timings is not None else {})
+        if self.tuner is not None:
+            out.update(self.tuner.summary())
         failures = getattr(self.engine, "failures", None)
         if failures:
             out["engine_failures"] = list(failures)

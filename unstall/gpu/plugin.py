@@ -8,6 +8,7 @@ and the registry imports this module, which registers `stage_parts`, on first us
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from unstall.gpu.controller import ShareController
 from unstall.gpu.engine import available_decoder, decoder_choice, pick_engine
 from unstall.gpu.hybrid import HybridPrep
 from unstall.gpu.split import SplitView, shared_rows
+from unstall.gpu.tune import DecoderTuner, Setting
 from unstall.loader import extensions
 
 log = logging.getLogger("unstall")
@@ -28,7 +30,8 @@ def stage_parts(
 
     The workers load a `SplitView` (bytes plus crops, a lean CPU share), the training
     process runs `HybridPrep` (the engine for the encoded rows), and a `ShareController`
-    moves the CPU share with both sides' measured rates. None for ``"auto"`` on a CUDA
+    moves the CPU share with both sides' measured rates; on a GPU, a `DecoderTuner` picks
+    DALI's hardware-decoder share and threads by measurement. None for ``"auto"`` on a CUDA
     device where no GPU decoder is usable or none beats a CPU core (measured): the loader
     then prepares on the CPU.
     """
@@ -53,7 +56,19 @@ def stage_parts(
         device,
         f" (not used: {'; '.join(why_not)})" if why_not else "",
     )
-    return prep, view, view.collate, HybridPrep(pipeline, engine, controller, rows)
+    tuner = decoder_tuner(engine, device)
+    return prep, view, view.collate, HybridPrep(pipeline, engine, controller, rows, tuner)
+
+
+def decoder_tuner(engine: Any, device: torch.device) -> DecoderTuner | None:
+    """A tuner of DALI's decoder share and threads where DALI's ``mixed`` decoder runs (a
+    CUDA device); None elsewhere (the CPU backend has no hardware decoder to share with)."""
+    settings = engine.settings() if hasattr(engine, "settings") else {}
+    if device.type != "cuda" or settings.get("dali_hw_decoder_load") is None:
+        return None
+    start = Setting(settings["dali_hw_decoder_load"], settings["dali_threads"])
+    most = max(start.threads, (os.cpu_count() or 1) // 2)  # the CPU workers need the rest
+    return DecoderTuner(start, max_threads=most)
 
 
 extensions.register("prep", stage_parts)

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from unstall.pipeline.crop import Box, random_resized_crop_box
-from unstall.pipeline.decode import image_size
+from unstall.pipeline.crop import Box
 
 #: Key of the encoded bytes in a collated encoded batch (a dict).
 ENCODED = "unstall_encoded"
@@ -37,10 +36,7 @@ def draw(pipeline: Any, data: bytes) -> tuple[Box, bool]:
 
     The box is drawn on the stored (unrotated) size: no engine applies EXIF orientation.
     """
-    rng = pipeline.process_rng()  # the pipeline's per-process stream (seeded as on the CPU)
-    width, height = image_size(data)
-    box = random_resized_crop_box(width, height, rng, scale=pipeline.scale, ratio=pipeline.ratio)
-    return box, rng.random() < pipeline.flip_p
+    return pipeline.draw(data)  # the pipeline's own stream and draw (seeded as on the CPU)
 
 
 def _encode(images: list[EncodedImage]) -> dict[str, torch.Tensor]:

@@ -36,6 +36,7 @@ EXTRAS = (
     "prep",
     "zero_copy",
     "coordinate",
+    "remote",
 )
 #: Values ``prep`` takes (None: chosen by device and dataset).
 PREPS = ("auto", "cpu", "gpu", "hybrid")
@@ -51,6 +52,7 @@ _SETTABLE = (
     "seed",
     "cache",
     "coordinate",
+    "remote",
 )
 
 
@@ -92,6 +94,7 @@ class LoaderSettings:
     prep: str | None
     zero_copy: bool
     coordinate: str | bool | None
+    remote: Any = None  # issue 45: an `unstall.Remote` (or its dict), served by unstall.remote
 
     @property
     def unbatched(self) -> bool:
@@ -106,7 +109,12 @@ class LoaderSettings:
         # a dataset with its own epoch order (shards) draws its seed as torch would
         unstall_order = unstall_order or callable(getattr(dataset, "epoch_order", None))
         seed = None  # torch's order and draws (position.py)
-        if unstall_order or a["coordinate"]:
+        if a.get("remote") and a["coordinate"]:
+            raise ValueError(
+                f"remote= and coordinate={a['coordinate']!r} cannot be combined: a group shares "
+                "batches on one node; pass one of them"
+            )
+        if unstall_order or a["coordinate"] or a.get("remote"):  # remote: draws by batch key
             seed = resolve_seed(a["seed"], a["generator"], world_size)
         device = resolve_device(a["device"])
         transform = a["device_transform"]
@@ -196,6 +204,18 @@ def check_zero_copy(zero_copy: bool | None, num_workers: int, host_pinning: bool
             "device='cuda' (slots are page-locked once) or zero_copy=False"
         )
     return bool(zero_copy)
+
+
+def apply_config(dataset: Any, a: dict[str, Any]) -> Any:
+    """Take ``$UNSTALL_CONFIG``'s kwargs into ``a``; then, for ``prep="lean"|"gpu"|"hybrid"|
+    "auto"`` on a dataset unstall does not know (a torchvision ``ImageFolder``), the dataset
+    the loader runs instead (the ``"adapt"`` extension, `unstall.adapt.plugin`), ``a`` updated."""
+    a.update(config_overrides())
+    if a.get("prep") in ("lean", "gpu", "hybrid", "auto"):
+        from unstall.loader import extensions
+
+        dataset = extensions.get("adapt")(dataset, a)
+    return dataset
 
 
 def config_overrides() -> dict[str, Any]:

@@ -88,11 +88,16 @@ class ImagePipeline:
 
     def __call__(self, data: bytes) -> torch.Tensor:
         """Augment one encoded image; raises `DecodeError` (a ValueError) for corrupt bytes."""
+        box, flip = self.draw(data)
+        return self.apply(data, box, flip=flip)
+
+    def draw(self, data: bytes) -> tuple[Box, bool]:
+        """The crop box and flip for ``data``, drawn from this pipeline's stream (header only):
+        the one draw the CPU path and the GPU stage's workers share."""
         rng = self.process_rng()
         width, height = image_size(data)
         box = random_resized_crop_box(width, height, rng, scale=self.scale, ratio=self.ratio)
-        flip = rng.random() < self.flip_p
-        return self.apply(data, box, flip=flip)
+        return box, rng.random() < self.flip_p
 
     def apply(self, data: bytes, box: Box, *, flip: bool = False, dct: bool = True) -> torch.Tensor:
         """The deterministic part: decode, crop ``box`` (left, top, width, height), resize, flip.

@@ -10,7 +10,8 @@ short measurements on the job's own samples, never assumed:
   its JPEGs, in the job's process (`unstall.analysis.measure.script.lean`);
 - ``coordinate``: K jobs of a sweep on one node preparing each batch once;
 - ``gpu``: GPU decode, where a GPU decoder and a CUDA device are present (its rate is
-  not guessed: measured on that machine, or reported as not measured);
+  not guessed: the GPU stage timed on the job's files on that machine, or reported as
+  not measured);
 - ``cache``: the disk tier or peers for a fetch-bound job (the samples come from local
   disk from the second epoch); for a script's own dataset that opens the files it lists,
   the node cache of those whole files under ``unstall run --config``, or why it cannot
@@ -37,11 +38,13 @@ def remedies(
     cuda: bool = False,
     decoder: str | None = None,
     files: dict[str, Any] | None = None,
+    gpu_probe: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Each remedy that applies to this bottleneck, with its prediction or why it has none
     (``probe``: the lean pipeline timed beside the job's own ``dataset[i]``; ``cuda``,
     ``decoder``: the machine's GPU decode, as measured; ``files``: whether the file-level
-    cache applies to a dataset that opens its files itself, issue 40)."""
+    cache applies to a dataset that opens its files itself, issue 40; ``gpu_probe``: the GPU
+    stage's own rate on the job's files, measured on this machine's GPU, issue 47)."""
     out: list[dict[str, Any]] = []
     if bottleneck == "prep" and "prep" not in unknown:
         out.append(_lean(rates, base, probe, measured))
@@ -59,7 +62,9 @@ def remedies(
                     config={"kwargs": {"coordinate": "sweep"}},
                 )
             )
-        out.append(_gpu(cuda, decoder))
+        out.append(
+            _gpu(cuda, decoder, gpu_probe, rates, base, measured, (probe or {}).get("adapt"))
+        )
     if bottleneck == "fetch" and "fetch" not in unknown:
         files = files or {}
         if files.get("applies") is not None:
@@ -124,6 +129,17 @@ def _lean(
         "normalize on the GPU"
     )
     applies = "a change of dataset in the script (a few lines)"
+    extra: dict[str, Any] = {}
+    if probe and probe.get("adapt"):  # a torchvision pipeline unstall runs as its own (issue 49)
+        what = (
+            f"unstall's lean pipeline in place of the {probe['adapt']}'s torchvision transform "
+            "(the same ops and parameters, uint8 on the CPU workers, normalized on the device "
+            "or at the hand-off; the same float32 batches)"
+        )
+        applies = LEAN_APPLIES
+        extra["config"] = {"kwargs": {"prep": "lean"}}
+    elif probe and probe.get("adapt_refused"):
+        extra["not_applied"] = f"prep='lean' leaves this dataset as it is: {probe['adapt_refused']}"
     if not probe:
         return _row(
             "lean",
@@ -136,30 +152,95 @@ def _lean(
     ratio = probe["lean_cpu_s"] / probe["own_cpu_s"]
     lean = replace(rates, prep_cpu_s=rates.prep_cpu_s * ratio)
     row = _row("lean", what, predict(lean, base).samples_per_s, measured, applies=applies)
+    row.update(extra)
     row["worker_cpu_ms_per_sample"] = {
         "now": round(rates.prep_cpu_s * 1e3, 3),
         "lean": round(rates.prep_cpu_s * ratio * 1e3, 3),
     }
-    row["probe"] = {k: round(v, 6) for k, v in probe.items()}
+    row["probe"] = {k: round(v, 6) if isinstance(v, float) else v for k, v in probe.items()}
     return row
 
 
-def _gpu(cuda: bool, decoder: str | None) -> dict[str, Any]:
-    """GPU decode (`prep="auto"|"gpu"|"hybrid"`): listed with what it needs; priced only where
-    measured, never guessed."""
+#: How the lean remedy reaches an unchanged torchvision script.
+LEAN_APPLIES = (
+    'unstall run --config FILE, FILE holding {"kwargs": {"prep": "lean"}} (no edit of the script)'
+)
+
+
+def _gpu(
+    cuda: bool,
+    decoder: str | None,
+    probe: dict[str, Any] | None,
+    rates: Rates,
+    base: Config,
+    measured: float,
+    adapt: str | None = None,
+) -> dict[str, Any]:
+    """GPU decode (`prep="auto"|"gpu"|"hybrid"`): priced where the GPU stage's rate was
+    measured on the job's files on this machine (`unstall.gpu.gpu_prep_rate`): the CPU
+    workers' rate as measured plus the GPU stage's, capped by what else limits the job (its
+    model's rate G, fetch, the loop); else listed with what it needs, never guessed.
+    ``adapt``: the recognized torchvision dataset, which a config puts on the GPU stage
+    unedited."""
+    what = (
+        "decode and augment on the GPU beside the CPU workers: unstall.ImageFolder + "
+        "DataLoader(device='cuda', prep='auto' or 'hybrid')"
+    )
+    applies = (
+        "a change of dataset in the script (a few lines)"
+        if adapt is None
+        else 'unstall run --config FILE, FILE holding {"kwargs": {"prep": "auto"}} (no edit of '
+        f"the script: the {adapt}'s RandomResizedCrop + flip go to the GPU stage)"
+    )
+    if cuda and decoder is not None and probe and probe.get("gpu_per_s"):
+        cap = predict(replace(rates, prep_cpu_s=0.0), base).samples_per_s
+        row = _row("gpu", what, min(cap, measured + probe["gpu_per_s"]), measured)
+        return {**row, "decoder": decoder, "applies": applies, "probe": probe}
     if not cuda:
         reason = "not measured: no CUDA device on this machine"
     elif decoder is None:
         reason = "not measured: no GPU decoder installed (pip install 'unstall[dali]')"
     else:
-        reason = f"not measured: {decoder} is importable; measure with `unstall bench train`"
+        reason = (
+            f"not measured: {decoder} is importable, but the job lists no JPEG files to time it on"
+        )
     return {
         "remedy": "gpu",
-        "what": "decode and augment on the GPU beside the CPU workers: unstall.ImageFolder + "
-        "DataLoader(device='cuda', prep='auto' or 'hybrid')",
+        "what": what,
         "predicted_samples_per_s": None,
         "predicted_speedup": None,
         "not_measured": reason,
         "decoder": decoder,
-        "applies": "a change of dataset in the script (a few lines)",
+        "applies": applies,
     }
+
+
+def with_lean(rec: dict[str, Any], lean: dict[str, Any], workers: int) -> dict[str, Any]:
+    """The recommendation with ``prep="lean"`` where the lean remedy applies to the script
+    unchanged (a recognized torchvision pipeline) and is predicted to beat ``rec`` (by
+    `GAIN`): the job's own worker count, at which the remedy was priced; ``rec`` as it is
+    otherwise. What it replaces stays in ``instead``."""
+    predicted = lean.get("predicted_samples_per_s")
+    floor = max(rec["predicted_samples_per_s"], rec["measured_samples_per_s"])
+    if predicted is None or predicted < GAIN * floor:
+        return rec
+    current = rec["predicted_current_samples_per_s"]
+    out = {k: v for k, v in rec.items() if k not in ("why_unchanged", "fixed", "auto")}
+    out.update(
+        kwargs={"num_workers": workers, **lean["config"]["kwargs"]},
+        config=f"workers={workers}, prep=lean",
+        changed=True,
+        remedy="lean",
+        predicted_samples_per_s=predicted,
+        predicted_speedup=round(predicted / current, 3) if current > 0 else None,
+        applies=lean["applies"],
+        instead={
+            "kwargs": rec["kwargs"],
+            "predicted_samples_per_s": rec["predicted_samples_per_s"],
+        },
+    )
+    return out
+
+
+#: The lean remedy is recommended where predicted this much faster than the best setting.
+GAIN = 1.1

@@ -8,7 +8,7 @@ from typing import Any
 
 from unstall.analysis.model.stage import Analysis
 from unstall.analysis.recommend.auto import auto_row, with_auto
-from unstall.analysis.recommend.remedies import remedies
+from unstall.analysis.recommend.remedies import remedies, with_lean
 from unstall.analysis.recommend.search import file_cache_advice, recommend
 
 
@@ -55,6 +55,7 @@ def advise(a: Analysis) -> Advice:
         cuda=m.machine.cuda,
         decoder=m.machine.gpu_decoder,
         files=files,
+        gpu_probe=m.extra.get("gpu_probe"),
     )
     over = d.extra.get("oversubscription") or {}
     auto = auto_row(
@@ -70,7 +71,31 @@ def advise(a: Analysis) -> Advice:
         others=float(over.get("cores_used_by_others") or 0.0),
         oversubscription=over or None,
     )
+    auto = unpriced_if_short(auto, m.runs["cold"].wall_s)
     fixes.append(auto)
     if auto["recommended"]:
         rec = with_auto(rec, auto, rec["predicted_current_samples_per_s"])
+    lean = next((r for r in fixes if r["remedy"] == "lean" and r.get("config")), None)
+    if lean is not None:
+        rec = with_lean(rec, lean, a.base_config.workers)
     return Advice(a, rec, fixes)
+
+
+def unpriced_if_short(auto: dict[str, Any], window_s: float) -> dict[str, Any]:
+    """The ``auto`` row without its price (and not recommended) where ``window_s``, the run it
+    is priced over, is shorter than the time its settling loses: such a price (e.g. "56
+    samples/s (0.01x) over 0.2 s") is the window's, not the job's, which pays that settling
+    once over a run of minutes or hours. As it is otherwise."""
+    lost = (auto.get("settling") or {}).get("seconds_lost")
+    if auto.get("predicted_samples_per_s") is None or lost is None or window_s >= lost:
+        return auto
+    keep = ("remedy", "what", "applies", "config", "settles_on", "settled_samples_per_s")
+    return {
+        **{k: auto[k] for k in keep if k in auto},
+        "recommended": False,
+        "predicted_samples_per_s": None,
+        "predicted_speedup": None,
+        "not_measured": f"not priced: the measured window lasted {window_s:.1f} s, less than "
+        f"the {lost:.1f} s its settling would lose (measure longer: without --quick, or a "
+        "larger --min-seconds)",
+    }

@@ -14,14 +14,15 @@ from typing import Any
 LEAN_SAMPLES = 24
 
 
-def lean_pipeline_cpu(files: list[str]) -> float | None:
-    """CPU seconds per sample of `ImagePipeline(output="uint8")` on these JPEGs (read included)."""
+def lean_pipeline_cpu(files: list[str], pipeline: Any = None) -> float | None:
+    """CPU seconds per sample of ``pipeline`` (default `ImagePipeline(output="uint8")`) on
+    these JPEGs (read included)."""
     from unstall.pipeline import ImagePipeline
 
     paths = [f for f in files if os.path.isfile(f)][:LEAN_SAMPLES]
     if not paths:
         return None
-    pipeline = ImagePipeline(output="uint8", seed=0)
+    pipeline = pipeline if pipeline is not None else ImagePipeline(output="uint8", seed=0)
     with open(paths[0], "rb") as f:
         pipeline(f.read())  # warm: imports, first-call set-up
     done = 0
@@ -53,7 +54,7 @@ def job_files(dataset: Any) -> list[str]:
     return out
 
 
-def lean_probe(dataset: Any, files: list[str]) -> dict[str, float] | None:
+def lean_probe(dataset: Any, files: list[str]) -> dict[str, Any] | None:
     """CPU seconds per sample of the job's own ``dataset[i]`` and of unstall's lean pipeline
     on the same JPEGs, timed side by side in this process (same machine, same moment): their
     ratio prices the lean remedy."""
@@ -75,11 +76,30 @@ def lean_probe(dataset: Any, files: list[str]) -> dict[str, float] | None:
         for i in indices:
             dataset[i]
         own = (time.thread_time() - c0) / len(indices)
-        lean = lean_pipeline_cpu([f for f, _ in chosen])
+        adapted, why = _adapted(dataset)
+        lean = lean_pipeline_cpu([f for f, _ in chosen], adapted)
     except Exception:  # the probe is optional: no figure then
         return None
     finally:
         torch.set_num_threads(threads)
     if lean is None or own <= 0:
         return None
-    return {"own_cpu_s": own, "lean_cpu_s": lean, "samples": len(indices)}
+    out: dict[str, Any] = {"own_cpu_s": own, "lean_cpu_s": lean, "samples": len(indices)}
+    out["adapt"] = why if adapted is not None else None  # the recognized dataset, by name
+    out["adapt_refused"] = None if adapted is not None else why
+    return out
+
+
+def _adapted(dataset: Any) -> tuple[Any, str]:
+    """``(the transform prep="lean" runs for this torchvision dataset, its name)``, or
+    ``(None, why it is left as it is)`` (`unstall.adapt`): what the lean remedy is timed on."""
+    import torch
+
+    from unstall.adapt import recognize
+    from unstall.adapt.folder import build_transform
+
+    found = recognize(dataset)
+    if not hasattr(found, "ops"):
+        return None, found.reason
+    on_device = torch.cuda.is_available() and found.to_float
+    return build_transform(found, output="uint8" if on_device else "float"), found.name

@@ -153,6 +153,7 @@ def measurement_of(
                 "as asked: figures from "
                 f"{len(doc['steps'])} steady steps"
             )
+    machine = read_machine()
     return Measurement(
         workload=" ".join(command),
         mode="script",
@@ -161,7 +162,7 @@ def measurement_of(
         num_workers=workers,
         batch_size=batch,
         num_samples=int(cold["stats"].get("samples", 0)) or c.samples,
-        machine=read_machine(),
+        machine=machine,
         split=False,
         cached_how="the script again right after the cold run (the page cache holds what it read)",
         notes=notes,
@@ -171,6 +172,7 @@ def measurement_of(
             "loaders": cold.get("loaders", []),
             "measured_loader": cold.get("loader", 0),
             "lean_probe": cold.get("lean_probe"),
+            "gpu_probe": _gpu_probe(machine, cold.get("files") or []),
             "file_cache": cold.get("file_cache"),
             "pin_memory": cold.get("pin_memory", False),
             "window": {mode: len(doc["steps"]) for mode, doc in docs.items()},
@@ -237,3 +239,13 @@ def run_of(mode: str, doc: dict[str, Any]) -> Run:
     run.spans = [tuple(s) for s in doc["timeline"]]
     run.stats = doc["stats"]
     return run
+
+
+def _gpu_probe(machine: Any, files: list[str]) -> dict[str, Any] | None:
+    """The GPU stage timed on the job's files, on a machine with CUDA and a GPU decoder, after
+    the job's runs (nothing else on the GPU); None elsewhere (issue 47)."""
+    if not (machine.cuda and machine.gpu_decoder and files):
+        return None
+    from unstall.gpu import gpu_prep_rate
+
+    return gpu_prep_rate(files)

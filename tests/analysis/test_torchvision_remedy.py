@@ -1,0 +1,72 @@
+"""issue 49 in the analyzer: lean recommended as a config where it pays, P never under the
+delivered rate, no ``auto`` price over a window too short. Pure functions: milliseconds."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from unstall.analysis.model.predict import Config, prep_capacity
+from unstall.analysis.rates.result import Rates
+from unstall.analysis.rates.script import delivered_floor
+from unstall.analysis.recommend.remedies import LEAN_APPLIES, with_lean
+from unstall.analysis.recommend.stage import unpriced_if_short
+
+REC = {
+    "kwargs": {"num_workers": 2},
+    "config": "workers=2",
+    "changed": False,
+    "predicted_samples_per_s": 300.0,
+    "measured_samples_per_s": 290.0,
+    "predicted_speedup": 1.0,
+    "predicted_current_samples_per_s": 300.0,
+    "why_unchanged": "no loader setting is predicted to beat the job as it is",
+}
+
+
+def _lean(predicted: float | None) -> dict:
+    return {
+        "remedy": "lean",
+        "predicted_samples_per_s": predicted,
+        "applies": LEAN_APPLIES,
+        "config": {"kwargs": {"prep": "lean"}},
+    }
+
+
+def test_lean_becomes_the_recommendation_where_it_pays() -> None:
+    rec = with_lean(REC, _lean(900.0), workers=2)
+    assert rec["kwargs"] == {"num_workers": 2, "prep": "lean"} and rec["changed"]
+    assert rec["predicted_samples_per_s"] == 900.0 and rec["predicted_speedup"] == 3.0
+    assert "why_unchanged" not in rec and rec["instead"]["kwargs"] == {"num_workers": 2}
+
+
+def test_lean_is_not_recommended_where_it_does_not_pay_or_is_unpriced() -> None:
+    assert with_lean(REC, _lean(310.0), workers=2) is REC  # under 1.1x the best
+    assert with_lean(REC, _lean(None), workers=2) is REC
+
+
+def _measurement(workers: int, batch: int) -> SimpleNamespace:
+    return SimpleNamespace(num_workers=workers, batch_size=batch, probe=None)
+
+
+def test_p_is_never_under_the_delivered_rate() -> None:
+    rates = Rates(ingestion=5030.0, prep_cpu_s=16 / 3632, cores=16.0, sample_bytes=1.0,
+                  bandwidth=1e12, latency_s=0.0)  # fmt: skip
+    m = _measurement(16, 256)
+    base = Config(workers=16, batch_size=256, inflight=1, prefetch=False)
+    assert prep_capacity(rates, base) < 5000
+    notes: list[str] = []
+    floored = delivered_floor(rates, m, 5000.0, notes)
+    assert abs(prep_capacity(floored, base) - 5000.0) < 1.0
+    assert notes and "delivered 5,000 samples/s" in notes[0]
+    assert delivered_floor(floored, m, 5000.0, []) == floored  # already consistent: kept
+
+
+def test_auto_is_not_priced_over_a_window_too_short() -> None:
+    """The H200 case: settled at ~5,000/s, priced at 56/s over a 0.2 s window."""
+    auto = {"remedy": "auto", "what": "w", "applies": "a", "config": {}, "recommended": True,
+            "predicted_samples_per_s": 56.0, "predicted_speedup": 0.01,
+            "settling": {"seconds_lost": 17.6, "priced_over_s": 0.2}}  # fmt: skip
+    short = unpriced_if_short(auto, 0.2)
+    assert short["predicted_samples_per_s"] is None and not short["recommended"]
+    assert "0.2 s" in short["not_measured"] and "settling" not in short
+    assert unpriced_if_short(auto, 20.0) is auto
