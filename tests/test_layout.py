@@ -252,4 +252,63 @@ def test_nothing_outside_the_loader_reaches_into_the_loader_or_its_iterators():
                 continue
             if pool or name in names:
                 bad.append(f"{path}:{node.lineno} {ast.unparse(node)}")
+
+
+#: The one module that reads ``$UNSTALL_*`` variables (the machine's facts and settings).
+ENV_OWNER = "unstall/machine.py"
+#: Modules that run in every process of ``unstall run`` before (or instead of) loading
+#: anything else of unstall (tests/launch/test_launch_cost.py): they read their own switch.
+ENV_EXEMPT = {"unstall/launch/site/sitecustomize.py", "unstall/launch/boot.py"}
+
+
+def _unstall_variable(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """The ``UNSTALL_*`` name ``node`` spells: a string literal, or a module-level alias."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        value = node.value
+    elif isinstance(node, ast.Name) and node.id in aliases:
+        value = aliases[node.id]
+    else:
+        return None
+    return value if value.startswith("UNSTALL_") and value[8:].replace("_", "").isalnum() else None
+
+
+def _is_environ(node: ast.AST) -> bool:
+    """``os.environ`` or ``environ``."""
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+        isinstance(node, ast.Name) and node.id == "environ"
+    )
+
+
+def test_unstall_variables_are_read_only_by_the_machine_module():
+    """No module but `unstall.machine` reads a ``$UNSTALL_*`` variable: no ``UNSTALL_*``
+    name passed to a call (``os.environ.get``, ``os.getenv``, a helper of its own), looked
+    up in ``os.environ`` (``os.environ[...]``, ``... in os.environ``) or bound to a module
+    name (an alias read elsewhere). Setting one for a child process stays free."""
+    bad = []
+    for path, tree in _modules().items():
+        if path == ENV_OWNER or path in ENV_EXEMPT:
+            continue
+        aliases = {
+            t.id: node.value.value
+            for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            for t in node.targets
+            if isinstance(t, ast.Name) and isinstance(node.value.value, str)
+        }
+        bad += [
+            f"{path}: module name {k} = {v!r}"
+            for k, v in aliases.items()
+            if v.startswith("UNSTALL_")
+        ]
+        for node in ast.walk(tree):
+            found = None
+            if isinstance(node, ast.Call):
+                found = next((v for a in node.args if (v := _unstall_variable(a, aliases))), None)
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                if _is_environ(node.value):
+                    found = _unstall_variable(node.slice, aliases)
+            elif isinstance(node, ast.Compare) and any(_is_environ(c) for c in node.comparators):
+                found = _unstall_variable(node.left, aliases)
+            if found:
+                bad.append(f"{path}:{node.lineno} reads {found}: ask unstall.machine")
     assert bad == []

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from unstall import machine
 from unstall.analysis.measure.differential import measure_workload
 from unstall.analysis.measure.script.runner import RUN_TIMEOUT_S, measure_script, window_of
 from unstall.analysis.measure.workload import Workload
@@ -64,7 +65,7 @@ def analyze(
     else:
         if step is None:
             raise ValueError("dataset= needs step=: a callable that trains on one batch")
-        workers = num_workers if num_workers is not None else len(os.sched_getaffinity(0))
+        workers = num_workers if num_workers is not None else machine.cores_available()
         work = Workload(dataset, step, batch_size=batch_size, num_workers=workers, name="dataset")
     w0, s0 = QUICK_STEPS if quick else STEPS
     result = analyze_workload(

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from unstall import machine
 from unstall.bench.harness import BenchResult
 
 DESCRIPTION = (
@@ -113,9 +114,7 @@ def make_files(root: Path, files: int, size: int) -> int:
 def bench_dir() -> str:
     """Where the files go: ``$UNSTALL_BENCH_DIR``, else the cache directory (a real disk:
     a tmpfs has no page cache to drop, and no storage reads to count)."""
-    from unstall.cache.disk_files import cache_dir
-
-    where = os.environ.get("UNSTALL_BENCH_DIR") or cache_dir()
+    where = machine.bench_dir() or machine.cache_dir()
     os.makedirs(where, exist_ok=True)
     return where
 

@@ -29,6 +29,7 @@ import statistics
 import time
 from typing import Any
 
+from unstall import machine
 from unstall.bench.harness import BenchResult, Measurement, row
 from unstall.data import ImageFolder
 from unstall.loader import DataLoader
@@ -39,7 +40,7 @@ DESCRIPTION = "the loop thread's and the GPU stage's CPU per batch with DALI's C
 BATCH, IMAGE_SIZE, WORKERS = 256, 64, 2
 GOAL_MAIN_CPU_MS = 3.0
 PREPS = ("gpu", "hybrid", "auto")
-FEED_ENV = "UNSTALL_DALI_FEED"  # `unstall.gpu.engine.FEED_ENV`: bench never imports gpu's names
+FEED_ENV = machine.DALI_FEED_ENV  # `unstall.gpu.engine.FEED_ENV`: bench never imports gpu's names
 
 
 def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> BenchResult:
@@ -78,9 +79,7 @@ def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> Benc
 
 def one_case(store: LocalStore, prep: str, feed: str, warmup: int, timed: int) -> dict[str, Any]:
     """One loader, ``warmup`` batches, stats reset, ``timed`` batches: its figures."""
-    before = os.environ.get(FEED_ENV)
-    os.environ[FEED_ENV] = feed
-    try:
+    with machine.environment({FEED_ENV: feed}):
         host = prep == "cpu"  # the reference: lean host batches, no device stage
         pipeline = ImagePipeline(IMAGE_SIZE, output="uint8" if host else "float")
         loader = DataLoader(
@@ -100,11 +99,6 @@ def one_case(store: LocalStore, prep: str, feed: str, warmup: int, timed: int) -
         loader.close()
         del loader
         gc.collect()
-    finally:
-        if before is None:
-            os.environ.pop(FEED_ENV, None)
-        else:
-            os.environ[FEED_ENV] = before
     plan = stats.get("prep_plan", {})
 
     def per_batch(key: str) -> float:  # [Unit: ms] over the timed batches

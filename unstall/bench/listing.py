@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from unstall import machine
 from unstall.bench.harness import BenchResult
 
 DESCRIPTION = "ImageFolder listing (before vs saved index) and the per-read version check cost"
@@ -166,18 +167,13 @@ def run(*, quick: bool = False, console: Any = None) -> BenchResult:
     n = 50_000 if quick else 200_000
     repeats = 3 if quick else 5
     tmp = Path(tempfile.mkdtemp(prefix="unstall-bench-listing-"))
-    old_cache_dir = os.environ.get("UNSTALL_CACHE_DIR")
-    os.environ["UNSTALL_CACHE_DIR"] = str(tmp / "cache")
     try:
-        root = tmp / "folder"
-        _make_folder(root, n)
-        listing = _listing(root, repeats)
-        check = _version_check(root, batch=256, repeats=repeats)
+        with machine.environment({"UNSTALL_CACHE_DIR": str(tmp / "cache")}):
+            root = tmp / "folder"
+            _make_folder(root, n)
+            listing = _listing(root, repeats)
+            check = _version_check(root, batch=256, repeats=repeats)
     finally:
-        if old_cache_dir is None:
-            os.environ.pop("UNSTALL_CACHE_DIR", None)
-        else:
-            os.environ["UNSTALL_CACHE_DIR"] = old_cache_dir
         shutil.rmtree(tmp, ignore_errors=True)
     rows = [
         {"case": "ImageFolder listing", "loader": "before",

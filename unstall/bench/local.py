@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from unstall import machine
 from unstall.bench.harness import BenchResult, Measurement, measure, median_of, row
 from unstall.data import ImageFolder
 from unstall.loader import DataLoader
@@ -53,7 +54,7 @@ def run(
     on_batch: Callable[[int], None] | None = None,
 ) -> BenchResult:
     images = 640 if quick else 2560
-    batch_size, workers = 64, min(2, os.cpu_count() or 1)
+    batch_size, workers = 64, min(2, machine.cores_available())
     root = dataset_dir(images, console)
     store = LocalStore(root)
     dataset = ImageFolder(store)

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from unstall import machine
 from unstall.bench.harness import BenchResult, Measurement, measure, row
 from unstall.bench.local import PerSample
 from unstall.data import ImageFolder
@@ -77,7 +78,7 @@ def run(
     from unstall.data.synthetic import ensure_demo_dataset
 
     images = images or (640 if quick else 2560)
-    workers = min(2, os.cpu_count() or 1)
+    workers = min(2, machine.cores_available())
     root = os.fspath(ensure_demo_dataset(images=images, classes=10, seed=0, progress=False))
     store = LocalStore(root)
     torch_ds = ImageFolder(store, transform=TorchReferencePipeline())

@@ -17,22 +17,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from unstall import machine
 from unstall.bench.harness import Measurement, measure, median_of
 
 
 @contextmanager
 def temporary_cache_dir() -> Iterator[str]:
     """A fresh ``$UNSTALL_CACHE_DIR`` for the block (so no earlier run's cache is found)."""
-    before = os.environ.get("UNSTALL_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="unstall-bench-cache-") as path:
-        os.environ["UNSTALL_CACHE_DIR"] = path
-        try:
-            yield path
-        finally:
-            if before is None:
-                os.environ.pop("UNSTALL_CACHE_DIR", None)
-            else:
-                os.environ["UNSTALL_CACHE_DIR"] = before
+    with (
+        tempfile.TemporaryDirectory(prefix="unstall-bench-cache-") as path,
+        machine.environment({"UNSTALL_CACHE_DIR": path}),
+    ):
+        yield path
 
 
 def default_epoch2(

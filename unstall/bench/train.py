@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from unstall import machine
 from unstall.bench.harness import BenchResult, Measurement, ratio_of, row
 from unstall.bench.local import PerSample
 from unstall.bench.train_dali import dali_own
@@ -112,7 +113,7 @@ class TrainSettings:
 
 def settings_for(model: str, *, quick: bool, cuda: bool) -> TrainSettings:
     """The issue's settings on CUDA (batch 256, 224 px); tiny ones on the CPU."""
-    workers = os.cpu_count() or 1
+    workers = machine.cores_available()
     if cuda:
         warmup, steps = (10, 30) if quick else (20, 80)  # warm-up drains the start-up burst
         return TrainSettings(model, "cuda", 256, 224, warmup, steps, workers)

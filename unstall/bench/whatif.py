@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from unstall import machine
 from unstall.analysis.measure.probe import probe_storage
 from unstall.analysis.measure.runs import loader_run
 from unstall.analysis.measure.workload import Workload, step_indices
@@ -242,7 +243,7 @@ def _hard_cells(
     question), with more workers than cores (the cores, not the workers, bound
     preparation), and with a start-up burst of more batches than the old window timed
     (``workers x prefetch_factor`` ready at once: steady state must be timed)."""
-    cores = len(os.sched_getaffinity(0))
+    cores = machine.cores_available()
     out = []
     b = THROUGHPUTS[1]
     fast = replace(rates, ingestion=FAST_RATE)

@@ -6,7 +6,7 @@ one that never evicts reaches exactly that (DESIGN.md section 2). One shared-mem
 segment per dataset is shared by every worker and every job of the user on the node
 (the RAM tier, `unstall.cache.ram_tier`). A local-disk tier can sit under it
 (``Cache(ram="8GiB", disk="500GiB")``, `unstall.cache.disk_tier`); remote datasets get
-one by default (`unstall.cache.tiers.bind_cache`). `bind` opens the tiers
+one by default (`unstall.cache.tiers.default_layer`). `bind` opens the tiers
 (`unstall.cache.opening`) and composes them (`unstall.cache.tiered.TieredLayer`).
 """
 
@@ -22,6 +22,7 @@ from unstall.cache.opening import open_disk, open_ram
 from unstall.cache.policy import policy_named
 from unstall.cache.shm.keep import keep_seconds
 from unstall.cache.tiered import TieredLayer
+from unstall.stores.base import missing_method
 
 
 class Cache:
@@ -99,15 +100,19 @@ class Cache:
         disk = f", disk={self.disk!r}" if self.disk is not None else ""
         return f"Cache({self.capacity!r}{disk}, policy={self.policy!r}, name={self.name!r})"
 
-    def bind(self, dataset: Any) -> Any:
-        """Open the dataset's segment (and disk tier) and return the fetch layer for a loader."""
-        for attr in ("fetch", "key", "fingerprint"):
-            if not callable(getattr(dataset, attr, None)):
-                raise TypeError(
-                    f"Cache needs a dataset with fetch(indices), key(i) and fingerprint(); "
-                    f"{type(dataset).__name__} has no {attr}(): use unstall.FileDataset or "
-                    "add these methods"
-                )
+    def bind(self, dataset: Any, *, peers: Any = ...) -> Any:
+        """Open the dataset's segment (and disk tier) and return the fetch layer for a loader.
+
+        ``peers``: the cache's own (``Cache(peers=...)``) unless given; None binds this
+        node's tiers alone (whole files, `unstall.cache.files`)."""
+        peers = self.peers if peers is ... else peers
+        attr = missing_method(dataset)  # not a KeyedDataset
+        if attr is not None:
+            raise TypeError(
+                f"Cache needs a dataset with fetch(indices), key(i) and fingerprint(); "
+                f"{type(dataset).__name__} has no {attr}(): use unstall.FileDataset or "
+                "add these methods"
+            )
         n = len(dataset)
         if n == 0:
             raise ValueError(f"dataset {type(dataset).__name__} is empty: nothing to cache")
@@ -137,8 +142,8 @@ class Cache:
             )
         layer = TieredLayer(ram, disk)
         weakref.finalize(layer, TieredLayer.close_state, layer.__dict__)  # closed at exit
-        if self.peers is not None:  # each node caches the items it owns; peers serve the rest
-            layer.peers = self.peers.attach(layer, dataset)
+        if peers is not None:  # each node caches the items it owns; peers serve the rest
+            layer.peers = peers.attach(layer, dataset)
         self._layers.append(layer)
         return layer
 

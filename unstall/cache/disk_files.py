@@ -1,7 +1,7 @@
 """The local-disk tier's files: where they live, how big "auto" makes them, opening, leaving,
 listing and removing them (the tier itself, reads and writes: `unstall.cache.disk_tier`).
 
-The root is `cache_dir` (``$UNSTALL_CACHE_DIR``, default ``~/.cache/unstall``) and
+The root is `unstall.machine.cache_dir` (``$UNSTALL_CACHE_DIR``, default ``~/.cache/unstall``) and
 the budget of a disk tier sized "auto" is `auto_disk_bytes`: anything else the node
 keeps on local disk for the cache (shard copies) uses the same two.
 
@@ -36,22 +36,16 @@ from unstall.cache.shm.index import (
     Layout,
     ShmCache,
 )
+from unstall.machine import cache_dir
 
 # header words of the disk index, after the segment's own (0..19)
 H_DISK_CAPACITY, H_BOOT, H_CLEAN, H_FULL = 20, 21, 22, 23
-#: Default directory of the cache (manifests live beside the tiers).
-DEFAULT_DIR = "~/.cache/unstall"
 #: "auto" takes at most this share of the free space of the cache directory's disk ...
 AUTO_SHARE = 0.5
 #: ... and always leaves this much free.
 KEEP_FREE = 10 << 30
 #: A disk tier smaller than this is not worth a file: none is made.
 MIN_DISK = 1 << 20
-
-
-def cache_dir() -> str:
-    """``$UNSTALL_CACHE_DIR`` or ``~/.cache/unstall``: where disk tiers and manifests live."""
-    return os.path.expanduser(os.environ.get("UNSTALL_CACHE_DIR") or DEFAULT_DIR)
 
 
 def tier_dir() -> str:

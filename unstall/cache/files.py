@@ -31,6 +31,7 @@ import numpy as np
 
 from unstall.cache.capacity import format_bytes
 from unstall.stores.listing import mix
+from unstall.stores.local import drop_page_cache as drop_page_cache  # cold runs of the files
 
 log = logging.getLogger("unstall")
 
@@ -278,12 +279,7 @@ def bind_files(cache: Any, dataset: Any) -> FileCache | None:
     try:
         paths, where = listed_paths(dataset)
         listing = FileListing(paths)
-        peers = cache.peers
-        cache.peers = None  # files are cached node by node (peers serve unstall's datasets)
-        try:
-            layer = cache.bind(listing)
-        finally:
-            cache.peers = peers
+        layer = cache.bind(listing, peers=None)  # node by node: peers serve unstall's datasets
     except Exception as exc:  # a recommended setting must never end the job
         why = str(exc) if isinstance(exc, NoListing) else f"{type(exc).__name__}: {exc}"
         say(f"unstall: cache not applied to {name}: {why}; running uncached")
@@ -294,26 +290,12 @@ def bind_files(cache: Any, dataset: Any) -> FileCache | None:
     _announced.add(listing.fingerprint())
     ram = layer.ram
     size = format_bytes(ram.capacity) if ram is not None and ram.path else "no RAM tier"
-    extra = "; peers are not used for file-level caching" if peers is not None else ""
+    extra = "; peers are not used for file-level caching" if cache.peers is not None else ""
     say(
         f"unstall: caching the {len(listing)} files {name}.{where} lists, whole files up to "
         f"{format_bytes(MAX_FILE_BYTES)}, in the node cache ({size}){extra}"
     )
     return files
-
-
-def drop_page_cache(paths: Sequence[str]) -> None:
-    """Drop the page cache of ``paths`` (``posix_fadvise(DONTNEED)``): their next reads go to
-    storage (a cold run). Missing files are skipped."""
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def _read_all(fd: int, size: int) -> bytes:

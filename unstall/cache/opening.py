@@ -18,9 +18,11 @@ from unstall.cache.policy import policy_named
 from unstall.cache.ram_tier import RamTier
 from unstall.cache.shm import keep, lifecycle, segment
 from unstall.cache.shm.index import Layout
+from unstall.machine import SHM_OPEN_MARGIN
 
-#: Bytes of shared memory left free when the cache is shrunk to fit.
-SHM_MARGIN = 16 << 20
+#: Bytes of shared memory left free when the cache is shrunk to fit (the machine's named
+#: margin for opening a tier, `unstall.machine.SHM_OPEN_MARGIN`).
+SHM_MARGIN = SHM_OPEN_MARGIN
 #: Below this many bytes of data a shrunk cache is not worth having: run uncached.
 MIN_CAPACITY = 1 << 20
 

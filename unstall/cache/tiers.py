@@ -1,11 +1,11 @@
 """The loader's default cache: a disk tier for remote datasets, none for local ones.
 
-`bind_cache` is what `unstall.DataLoader` calls with its ``cache=`` argument:
-an object with ``bind`` is bound; ``False`` means no cache; ``None`` (not given)
-means a disk tier (``Cache(disk="auto")``) when the dataset's store is remote
-(``s3://``, ``http(s)://``: no local files behind it), and no cache for local
-datasets, whose files the page cache and the disk already hold. The disk budget
-("auto") and root are `unstall.cache.disk_tier.auto_disk_bytes` and ``cache_dir``.
+`default_layer` is what a loader binds when its ``cache=`` argument is not given
+(`unstall.loader.cache_binding` decides that, once): a disk tier
+(``Cache(disk="auto")``) when the dataset's store is remote (``s3://``, ``http(s)://``:
+no local files behind it), and no cache for local datasets, whose files the page cache
+and the disk already hold. The disk budget ("auto") and root are
+`unstall.cache.disk_tier.auto_disk_bytes` and `unstall.machine.cache_dir`.
 """
 
 from __future__ import annotations
@@ -30,22 +30,10 @@ def is_remote(dataset: Any) -> bool:
     return store is not None and local_store(store) is None
 
 
-def bind_cache(cache: Any, dataset: Any) -> Any:
-    """The loader's fetch layer for its ``cache=`` argument (see the module notes)."""
-    if cache is False:
-        return None
-    if isinstance(cache, (str, int, float)) and not isinstance(cache, bool):
-        cache = Cache(cache)  # a RAM tier's size, as the config file's "cache" key takes it
-    if cache is not None:
-        if not callable(getattr(cache, "bind", None)):
-            raise TypeError(
-                f"cache={cache!r}: pass unstall.Cache(...), a RAM size such as '16GiB', "
-                "None (a disk tier for remote data) or False (no cache)"
-            )
-        return cache.bind(dataset)
-    if not is_remote(dataset) or not all(
-        callable(getattr(dataset, a, None)) for a in ("fetch", "key", "fingerprint")
-    ):
+def default_layer(dataset: Any) -> Any:
+    """The default fetch layer of ``dataset`` (one of unstall's datasets, a
+    `unstall.stores.base.KeyedDataset`): a disk tier if its store is remote, else None."""
+    if not is_remote(dataset):
         return None
     try:
         item_versions(dataset)  # the listing that gives each item's version
@@ -87,4 +75,4 @@ def _say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-__all__ = ["auto_disk_bytes", "bind_cache", "free_bytes", "is_remote"]
+__all__ = ["auto_disk_bytes", "default_layer", "free_bytes", "is_remote"]

@@ -9,8 +9,9 @@ with its own fast pipeline. Prints compute time, data stall and the ratio.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+
+from unstall import machine
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.images < args.batch_size:
         raise SystemExit(f"--images={args.images} must be >= --batch-size={args.batch_size}")
     console = Console(width=None if sys.stdout.isatty() else 100)
-    workers = args.workers if args.workers is not None else max(1, os.cpu_count() or 1)
+    workers = args.workers if args.workers is not None else machine.cores_available()
     console.print(
         f"[bold]unstall demo[/bold]: {args.images} synthetic JPEGs, {workers} workers, "
         f"simulated accelerator at {args.rate:,.0f} samples/s"
@@ -115,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
         f"[bold]{best.samples_per_s / base.samples_per_s:.2f}x[/bold] the training speed."
     )
     console.print(
-        "This machine prepares images on "
-        f"{os.cpu_count()} cores; a stall that remains is preparation-bound: more cores, "
-        "GPU decode, or `unstall bench prep` show what helps. Try `unstall bench local`."
+        f"This machine prepares images on {machine.cores_available()} cores; a stall that "
+        "remains is preparation-bound: more cores, GPU decode, or `unstall bench prep` show "
+        "what helps. Try `unstall bench local`."
     )
     return 0

@@ -9,20 +9,16 @@ each epoch's published batches, and reports the group's counts in ``stats()``.
 from __future__ import annotations
 
 import hashlib
-import os
 from typing import Any
 
+from unstall import machine
 from unstall.coordination.claims import CoordinatedTask, prepared_count, receive
 from unstall.coordination.group import Group
 
-#: Published batches a member may lag behind the leader before it can be detached.
-DEFAULT_WINDOW = int(os.environ.get("UNSTALL_COORD_WINDOW", "16"))
-#: Seconds a member may stay beyond the window before it is detached.
-DEFAULT_DETACH_S = float(os.environ.get("UNSTALL_COORD_DETACH_S", "2.0"))
-#: Seconds before a live claimer that has not published loses its claim.
-DEFAULT_CLAIM_TIMEOUT_S = float(os.environ.get("UNSTALL_COORD_CLAIM_TIMEOUT_S", "10.0"))
-#: Seconds a worker waits for another member's batch before preparing it itself.
-DEFAULT_WAIT_TIMEOUT_S = float(os.environ.get("UNSTALL_COORD_WAIT_TIMEOUT_S", "30.0"))
+# The group's window and time-outs: `unstall.machine.coord_defaults` (``$UNSTALL_COORD_*``):
+# the published batches a member may lag behind the leader before it can be detached, the
+# seconds it may stay beyond them, before a live claimer that has not published loses its
+# claim, and that a worker waits for another member's batch before preparing it itself.
 
 
 def dataset_fingerprint(dataset: Any) -> str:
@@ -69,8 +65,9 @@ class Coordination:
             "drop_last": order.drop_last,
             "batches_per_epoch": order.num_batches(),
         }
+        limits = machine.coord_defaults()
         self.group = Group(
-            name, self.identity, window=DEFAULT_WINDOW, detach_after_s=DEFAULT_DETACH_S
+            name, self.identity, window=limits.window, detach_after_s=limits.detach_s
         )
         self.counts: dict[str, Any] = dict.fromkeys(
             ("taken", "on_demand", "prepared_for_group", "prepared_privately", "waits"), 0
@@ -89,8 +86,8 @@ class Coordination:
             order=self.order,
             ahead=self.group.window,
             in_flight=in_flight,
-            claim_timeout_s=DEFAULT_CLAIM_TIMEOUT_S,
-            wait_timeout_s=DEFAULT_WAIT_TIMEOUT_S,
+            claim_timeout_s=machine.coord_defaults().claim_timeout_s,
+            wait_timeout_s=machine.coord_defaults().wait_timeout_s,
         )
         return self.task
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from unstall import machine
 from unstall.data.keys import KeyTable
 
 #: A directory modified this recently (seconds) may still change within one timestamp tick.
@@ -33,8 +34,7 @@ _FORMAT = 1
 
 def listings_dir() -> Path:
     """``$UNSTALL_CACHE_DIR/listings`` (default ``~/.cache/unstall/listings``)."""
-    base = os.environ.get("UNSTALL_CACHE_DIR") or "~/.cache/unstall"
-    return Path(base).expanduser() / "listings"
+    return Path(machine.cache_dir()) / "listings"
 
 
 def folder_index(root: Path, extensions: tuple[str, ...]) -> tuple[KeyTable, np.ndarray, list[str]]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from unstall import machine
 from unstall.errors import MissingKeyError
 from unstall.stores import LocalStore, Store, open_store
 
@@ -117,7 +118,7 @@ def make_dataset(
     """
     params = _check_params(images=images, classes=classes, seed=seed, quality=quality)
     if workers is None:
-        workers = min(os.cpu_count() or 1, max(1, images // _CHUNK))
+        workers = min(machine.cores_available(), max(1, images // _CHUNK))
     if workers < 1:
         raise ValueError(f"workers={workers!r} must be >= 1 (or None for one per core)")
     if isinstance(dest, (str, os.PathLike)) and "://" not in os.fspath(dest):
@@ -163,7 +164,7 @@ def ensure_demo_dataset(
     ``cache_dir`` defaults to ``$UNSTALL_CACHE_DIR`` or ``~/.cache/unstall``; the
     dataset lives in ``<cache_dir>/datasets/synthetic-<images>x<classes>-seed<seed>``.
     """
-    base = cache_dir or os.environ.get("UNSTALL_CACHE_DIR") or "~/.cache/unstall"
+    base = cache_dir or machine.cache_dir()
     path = Path(base).expanduser() / "datasets" / f"synthetic-{images}x{classes}-seed{seed}"
     make_dataset(path, images=images, classes=classes, seed=seed, progress=progress)
     return path

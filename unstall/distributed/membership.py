@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from unstall import machine
 from unstall.distributed import tls
 
 #: Keys of this module in the job's store live under this prefix.
@@ -83,11 +84,11 @@ def node_env(environ: Any = None) -> NodeEnv:
     return out
 
 
-def reach_address(master_addr: str, environ: Any = None) -> str:
+def reach_address(master_addr: str) -> str:
     """``$UNSTALL_PEER_ADDR``, else the local address this node uses to reach MASTER_ADDR."""
-    env = os.environ if environ is None else environ
-    if env.get("UNSTALL_PEER_ADDR"):
-        return env["UNSTALL_PEER_ADDR"]
+    given = machine.peer_addr()
+    if given:
+        return given
     family = socket.AF_INET6 if ":" in master_addr else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as s:  # no packet is sent: routing only
         s.connect((master_addr, 9))
@@ -101,7 +102,7 @@ def job_store(env: NodeEnv, timeout_s: float) -> Any:
     if dist.is_available() and dist.is_initialized():
         base = dist.distributed_c10d._get_default_store()
     else:
-        port = int(os.environ.get("UNSTALL_PEER_STORE_PORT", env.master_port + 1))
+        port = machine.peer_store_port(env.master_port + 1)
         base = dist.TCPStore(
             env.master_addr,
             port,
@@ -115,7 +116,7 @@ def job_store(env: NodeEnv, timeout_s: float) -> Any:
 
 def job_token(store: Any, env: NodeEnv) -> str:
     """``$UNSTALL_PEER_TOKEN``, else a random token made by rank 0 and shared via the store."""
-    token = os.environ.get("UNSTALL_PEER_TOKEN")
+    token = machine.peer_token()
     if token:
         return token
     if env.rank == 0:

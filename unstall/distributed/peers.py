@@ -8,10 +8,10 @@ asks for its misses.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
+from unstall import machine
 from unstall.distributed import membership
 from unstall.distributed.bound import BoundPeers
 from unstall.distributed.placement import Placement
@@ -103,7 +103,7 @@ class Peers:
             if env.local_rank == 0:
                 first = _SERVER is None
                 host = membership.reach_address(env.master_addr)
-                port = int(os.environ.get("UNSTALL_PEER_PORT", "0"))
+                port = machine.peer_port()
                 server = _serve(host, token, port, self.tls, lambda: make_certificate(host))
                 server.register(fingerprint, layer, dataset)
                 if first:

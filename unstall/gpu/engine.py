@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
 
+from unstall import machine
 from unstall.errors import SampleError
 from unstall.gpu.augment import box_inside, crop_flip_normalize
 from unstall.gpu.dali_feed import FEEDS
@@ -32,10 +32,10 @@ from unstall.gpu.prep import ENCODED
 from unstall.pipeline.decode import decode_jpeg
 
 #: Environment variable naming the engine to use (``dali`` or ``torch``); unset: best available.
-ENGINE_ENV = "UNSTALL_PREP_ENGINE"
+ENGINE_ENV = machine.PREP_ENGINE_ENV
 ENGINES = ("dali", "torch")
 #: Environment variable naming how DALI is fed (`unstall.gpu.dali_feed.FEEDS`; unset: tensors).
-FEED_ENV = "UNSTALL_DALI_FEED"
+FEED_ENV = machine.DALI_FEED_ENV
 
 
 class Engine(Protocol):
@@ -173,10 +173,10 @@ def pick_engine(
     Each engine that cannot be used appends ``"name: reason"`` to ``why_not``.
     """
     why_not = [] if why_not is None else why_not
-    forced = os.environ.get(ENGINE_ENV, "").strip().lower() or None
+    forced = machine.prep_engine()
     if forced is not None and forced not in ENGINES:
         raise ValueError(f"{ENGINE_ENV}={forced!r} must be one of {ENGINES} or unset")
-    feed = os.environ.get(FEED_ENV, "").strip().lower() or "tensors"
+    feed = machine.dali_feed() or "tensors"
     if feed not in FEEDS:
         raise ValueError(f"{FEED_ENV}={feed!r} must be one of {FEEDS} or unset")
 

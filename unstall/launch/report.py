@@ -23,6 +23,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from unstall import machine
+
 _START = time.time()
 #: How long the first process waits at exit for other processes still writing theirs.
 WAIT_FOR_OTHERS_S = 15.0
@@ -149,13 +151,13 @@ def fold(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict
 
 
 def _run_dir() -> Path | None:
-    run_dir = os.environ.get("UNSTALL_RUN_DIR")
+    run_dir = machine.run_dir()
     return Path(run_dir) if run_dir else None
 
 
 def _root_alive() -> bool:
     """Whether the run's first process (which reads the reports) is still running."""
-    root = _env_int("UNSTALL_RUN_ROOT")
+    root = machine.run_root()
     if root is None or root == os.getpid():
         return True
     try:
@@ -245,7 +247,7 @@ def print_summary() -> None:
     if run_dir is None:
         return
     docs = collect(run_dir, wait_s=WAIT_FOR_OTHERS_S) if run_dir.exists() else []
-    out_json = os.environ.get("UNSTALL_RUN_JSON")
+    out_json = machine.run_json()
     if out_json:
         Path(out_json).write_text(json.dumps({"processes": docs}, indent=2))
     shutil.rmtree(run_dir, ignore_errors=True)

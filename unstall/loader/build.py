@@ -85,28 +85,17 @@ def build_machinery(owner: Any, dataset: Any, s: LoaderSettings) -> Machinery:
     )
     if callable(getattr(gpu_prep, "close", None)):
         weakref.finalize(owner, gpu_prep.close)  # e.g. DALI's threads and device buffers
-    pin_memory, zero_copy = s.pin_memory, s.zero_copy
+    pin_memory, zero_copy = s.pin_memory, s.zero_copy  # decided by the settings
     coordination: extensions.Member | None = None
     if s.coordinate:  # issue 18: published batches are mapped, not sent through slots
         coordination = extensions.get("coordinate")(s.coordinate, dataset, order, prep)
         weakref.finalize(owner, coordination.close)
-        zero_copy = False
-    if device is not None or zero_copy:
-        pin_memory = False  # the device stage pins (slots are page-locked once)
-    fetch_layer: FetchLayer | None = None
-    worker_init_fn, files = s.worker_init_fn, False
-    if s.cache is not None and s.cache is not False:  # issue 40: a dataset that opens its files
+    fetch_layer: FetchLayer | None = s.cache.bind(dataset)  # `unstall.loader.cache_binding`
+    worker_init_fn = s.worker_init_fn
+    if s.cache.files:  # issue 40: its whole-file reads served in its workers (or none)
         from unstall.loader import file_hook
 
-        files = file_hook.wants_files(s.cache, dataset)
-        if files:  # its whole-file reads served in its workers (or none, saying why)
-            fetch_layer = file_hook.bind_for(s.cache, dataset)
-            worker_init_fn = file_hook.worker_init(fetch_layer, worker_init_fn, num_workers)
-    if not files and (s.cache is not None or callable(getattr(dataset, "fetch", None))):
-        # None: a disk tier for remote data; False: none (a plain dataset loads no cache code)
-        from unstall.cache.tiers import bind_cache
-
-        fetch_layer = bind_cache(s.cache, dataset)
+        worker_init_fn = file_hook.worker_init(fetch_layer, worker_init_fn, num_workers)
     sources: list[Callable[[], dict[str, Any]]] = []
     # a dataset with its own stats (sharded datasets, issue 32) reports them too
     own = dataset if callable(getattr(dataset, "stats", None)) else None

@@ -24,7 +24,11 @@ from unstall.pipeline.batch_seed import batch_rng
 
 @runtime_checkable
 class SplitDataset(Protocol):
-    """A dataset whose loading is two steps: ``fetch`` raw bytes, then ``prepare``."""
+    """A dataset whose loading is two steps: ``fetch`` raw bytes, then ``prepare``.
+
+    What a cache binds is the other protocol, `unstall.stores.base.KeyedDataset` (``fetch``,
+    ``key``, ``fingerprint``), tested by `unstall.stores.base.is_keyed` alone.
+    """
 
     def key(self, index: int) -> str: ...
 

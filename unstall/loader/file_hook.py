@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from unstall.cache.files import FileCache, is_regular
+from unstall.loader.cache_binding import is_setting, resolve_cache
 
 #: The real ``open``, captured before any hook.
 real_open = io.open
@@ -232,39 +233,17 @@ def worker_init(
     return WorkerInit(cache, user)
 
 
-def bind_for(cache: Any, dataset: Any) -> FileCache | None:
-    """A `FileCache` for ``dataset`` if ``cache`` is a cache setting (an `unstall.Cache` or a
-    size) and the dataset is not one of unstall's (no ``fetch``/``key``/``fingerprint``);
-    else None (the cache, if any, is bound as before). None also when it cannot apply (one
-    line says why)."""
-    if not wants_files(cache, dataset):
-        return None
-    from unstall.cache import Cache
-    from unstall.cache.files import bind_files
-
-    if not isinstance(cache, Cache):
-        cache = Cache(cache)  # a size: a bad one is the caller's error, as for any dataset
-    return bind_files(cache, dataset)
-
-
-def wants_files(cache: Any, dataset: Any) -> bool:
-    """True if ``cache`` is a cache setting and ``dataset`` opens its files itself."""
-    from unstall.cache import Cache
-
-    setting = isinstance(cache, Cache) or (
-        isinstance(cache, (str, int, float)) and not isinstance(cache, bool)
-    )
-    own = all(callable(getattr(dataset, a, None)) for a in ("fetch", "key", "fingerprint"))
-    return setting and not own
-
-
 def for_passthrough(a: dict[str, Any], dataset: Any, torch_loader: Any) -> FileCache | None:
     """An iterable dataset's cache (torch's own loader runs it): its files cached as above,
     the hook chained into ``torch_loader``'s workers; ``a["cache"]`` is then taken as handled.
-    None (``a`` untouched) when ``a["cache"]`` is not a cache setting for such a dataset."""
-    if not wants_files(a["cache"], dataset):
+    None (``a`` untouched) when ``a["cache"]`` is not a cache setting for a dataset that
+    opens its files itself (`unstall.loader.cache_binding`)."""
+    if not is_setting(a["cache"]):
         return None
-    files = bind_for(a["cache"], dataset)
+    binding = resolve_cache(a["cache"], dataset)
+    if not binding.files:
+        return None
+    files = binding.bind(dataset)
     a["cache"] = None
     init = worker_init(files, torch_loader.worker_init_fn, torch_loader.num_workers)
     torch_loader.worker_init_fn = init

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 
+from unstall import machine
+
 _PATH = "/proc/thread-self/schedstat"
-_ON = bool(os.environ.get("UNSTALL_TIMELINE")) and os.path.exists(_PATH)
+_ON = machine.timeline() and os.path.exists(_PATH)
 
 
 def runq_s() -> float:

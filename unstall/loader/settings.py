@@ -3,7 +3,8 @@
 torch's options are checked by torch itself (`DataLoader` builds a torch loader from the
 same arguments first), so every bad value or combination gets torch's own error.
 `LoaderSettings.resolve` then checks unstall's own options and resolves them (seed,
-shard, device, zero-copy) into one frozen object that the machinery is built from.
+shard, device, zero-copy and pinning, ``cache=``: `unstall.loader.cache_binding`) into one
+frozen object that the machinery is built from.
 
 ``unstall run --config FILE`` sets ``$UNSTALL_CONFIG=FILE``; every unstall loader made in
 that process tree then takes the file's ``kwargs`` over the script's own
@@ -13,7 +14,6 @@ that process tree then takes the file's ``kwargs`` over the script's own
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +21,8 @@ from typing import Any
 import torch
 import torch.utils.data
 
+from unstall import machine
+from unstall.loader.cache_binding import CacheBinding, cache_of, resolve_cache
 from unstall.loader.device import resolve_device
 
 #: unstall's own arguments: not for iterable datasets, which torch's machinery runs.
@@ -58,9 +60,12 @@ _SETTABLE = (
 class LoaderSettings:
     """Every argument of a map-style `unstall.DataLoader`, checked and resolved once.
 
-    torch's arguments are kept as given (torch checked them); ``seed`` is the order's
-    seed (None: torch's order and draws), ``rank``/``world_size`` this process's shard,
-    ``device`` a `torch.device` or None, ``zero_copy`` whether batches cross in slots.
+    torch's arguments are kept as given (torch checked them), but for ``pin_memory``:
+    whether torch's pin-memory thread pins host batches (not with a device, whose stage
+    pins, nor with slots, page-locked once). ``seed`` is the order's seed (None: torch's
+    order and draws), ``rank``/``world_size`` this process's shard, ``device`` a
+    `torch.device` or None, ``zero_copy`` whether batches cross in slots (never for a
+    coordination group: its published batches are mapped), ``cache`` what ``cache=`` binds.
     """
 
     batch_size: int | None
@@ -83,7 +88,7 @@ class LoaderSettings:
     seed_given: bool
     rank: int
     world_size: int
-    cache: Any
+    cache: CacheBinding
     device: torch.device | None
     device_transform: Callable[[Any], Any] | None
     prep: str | None
@@ -124,6 +129,9 @@ class LoaderSettings:
             )
         host_pinning = a["pin_memory"] and device is None
         zero_copy = check_zero_copy(a["zero_copy"], a["num_workers"], host_pinning)
+        zero_copy = zero_copy and not (a["batch_size"] is None and a["batch_sampler"] is None)
+        if a["coordinate"]:  # issue 18: published batches are mapped, not sent through slots
+            zero_copy = False
         fields = {k: a[k] for k in cls.__dataclass_fields__ if k in a}
         fields.update(
             seed=seed,
@@ -131,7 +139,9 @@ class LoaderSettings:
             rank=rank,
             world_size=world_size,
             device=device,
-            zero_copy=zero_copy and not (a["batch_size"] is None and a["batch_sampler"] is None),
+            zero_copy=zero_copy,
+            pin_memory=bool(host_pinning) and not zero_copy,
+            cache=resolve_cache(a["cache"], dataset),
         )
         return cls(**fields)
 
@@ -210,12 +220,13 @@ def apply_config(dataset: Any, a: dict[str, Any]) -> Any:
 
 def config_overrides() -> dict[str, Any]:
     """Keyword arguments from ``$UNSTALL_CONFIG`` (a JSON file with a ``kwargs`` object)."""
-    path = os.environ.get("UNSTALL_CONFIG")
+    path = machine.config_path()
     return load_overrides(path) if path else {}
 
 
 def load_overrides(path: str) -> dict[str, Any]:
-    """The ``kwargs`` of the JSON file at ``path``, checked; ``cache`` becomes a `Cache`."""
+    """The ``kwargs`` of the JSON file at ``path``, checked; ``cache`` becomes a `Cache`
+    (`unstall.loader.cache_binding.cache_of`), 0 none."""
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -235,9 +246,7 @@ def load_overrides(path: str) -> dict[str, Any]:
         out.setdefault("prefetch_factor", None)
         out.setdefault("persistent_workers", False)
     if out.get("cache") not in (None, 0, "0"):
-        from unstall.cache import Cache
-
-        out["cache"] = Cache(out["cache"])
+        out["cache"] = cache_of(out["cache"])
     elif "cache" in out:
         out["cache"] = None
     return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import numpy as np
 
 # where the analyzer reads it from (a batch's sample count lives with the models, below)
+from unstall import machine
 from unstall.models.batch import batch_size_of as batch_size_of
 
 #: Per-batch records kept for percentiles; totals cover every batch.
@@ -114,7 +114,7 @@ _SPANS = 4096
 
 def _timeline_default() -> list[tuple[float, ...]] | None:
     """A span list when ``$UNSTALL_TIMELINE`` is set (by `unstall analyze`), else None."""
-    return [] if os.environ.get("UNSTALL_TIMELINE") else None
+    return [] if machine.timeline() else None
 
 
 @dataclass

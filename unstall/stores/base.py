@@ -1,10 +1,11 @@
-"""The `Store` interface: raw bytes by key, one key or many at once."""
+"""The `Store` interface: raw bytes by key, one key or many at once; and `KeyedDataset`,
+what a dataset over a store offers the loader and the cache."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from unstall.errors import MissingKeyError
 
@@ -107,3 +108,34 @@ class Store(ABC):
 def _check_key(key: str, where: str) -> None:
     if not isinstance(key, str) or not key:
         raise MissingKeyError(f"invalid key {key!r} for store {where}: keys are non-empty strings")
+
+
+class KeyedDataset(Protocol):
+    """One of unstall's datasets over a store: raw bytes fetched by index, each item's key
+    and a fingerprint naming the whole dataset (`unstall.FileDataset`, the shard datasets).
+
+    What `unstall.Cache` binds (items cached by index, shared by fingerprint); a dataset
+    without it opens its files itself, and a cache holds those files whole instead.
+    `is_keyed` is the one test of it (by the methods, so wrappers that forward attributes
+    count as what they wrap).
+    """
+
+    def fetch(self, indices: Sequence[int]) -> list[bytes]: ...
+
+    def key(self, index: int) -> str: ...
+
+    def fingerprint(self) -> str: ...
+
+
+#: The methods of `KeyedDataset`.
+KEYED_METHODS = ("fetch", "key", "fingerprint")
+
+
+def missing_method(dataset: Any) -> str | None:
+    """The first `KeyedDataset` method ``dataset`` lacks (None: it has them all)."""
+    return next((m for m in KEYED_METHODS if not callable(getattr(dataset, m, None))), None)
+
+
+def is_keyed(dataset: Any) -> bool:
+    """True if ``dataset`` is a `KeyedDataset` (has callable fetch, key and fingerprint)."""
+    return missing_method(dataset) is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -166,15 +166,23 @@ class LocalStore(Store):
 
     def drop_page_cache(self, keys: list[str] | None = None) -> None:
         """Evict the files of ``keys`` (default: all) from the OS page cache, for cold runs."""
-        for key in keys if keys is not None else self._list(""):
-            try:
-                fd = os.open(os.path.join(self.root, key), os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+        keys = keys if keys is not None else self._list("")
+        drop_page_cache([os.path.join(self.root, key) for key in keys])
+
+
+def drop_page_cache(paths: Iterable[str]) -> None:
+    """Drop the page cache of ``paths`` (``posix_fadvise(DONTNEED)``): their next reads go to
+    storage (a cold run). Files that cannot be opened are skipped. The one place unstall
+    drops pages by path (`LocalStore.drop_page_cache`, `unstall.cache.files`)."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def _scan(root: Path, prefix: str, *, stat: bool) -> Iterator[tuple[str, tuple[int, int, int]]]:

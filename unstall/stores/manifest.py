@@ -13,6 +13,8 @@ import hashlib
 import os
 from pathlib import Path
 
+from unstall import machine
+
 HEADER = "# unstall manifest v"
 
 
@@ -20,9 +22,7 @@ def manifest_dir(directory: str | os.PathLike[str] | None = None) -> Path:
     """Where manifests live (created on first write)."""
     if directory is not None:
         return Path(directory).expanduser()
-    base = os.environ.get("UNSTALL_CACHE_DIR")
-    root = Path(base).expanduser() if base else Path("~/.cache/unstall").expanduser()
-    return root / "manifests"
+    return Path(machine.cache_dir()) / "manifests"
 
 
 def manifest_path(url: str, endpoint: str | None, directory: Path) -> Path:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from unstall import machine
 from unstall.errors import EmptyDatasetError
 from unstall.stores import manifest
 from unstall.stores.base import Store, _check_key
@@ -66,9 +67,9 @@ class S3Store(Store):
         config: dict[str, str] | None = None,
         in_process: bool = False,
     ):
-        env_inflight = _env_number("UNSTALL_S3_MAX_INFLIGHT", int)
-        env_retries = _env_number("UNSTALL_S3_RETRIES", int, 6)
-        env_timeout = _env_number("UNSTALL_S3_TIMEOUT", float, 30.0)
+        env_inflight = machine.s3_max_inflight()
+        env_retries = machine.s3_retries()
+        env_timeout = machine.s3_timeout()
         self.settings: S3Settings = resolve(
             url,
             endpoint=endpoint,
@@ -312,13 +313,3 @@ def _listing_of(rows: list[tuple[str, int, str, int]]) -> Listing:
     mtimes = np.fromiter((r[3] for r in rows), dtype=np.int64, count=len(rows))
     etags = [r[2] for r in rows]
     return Listing([r[0] for r in rows], sizes, mtimes, etag_versions(sizes, etags), etags)
-
-
-def _env_number(name: str, kind: type, default: Any = None) -> Any:
-    text = os.environ.get(name)
-    if not text:
-        return default
-    try:
-        return kind(text)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={text!r} must be {kind.__name__}") from None

@@ -6,21 +6,18 @@ on the machine as measured and never look at it again.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-from unstall.analysis.measure.procstat import cores_available
-
-#: Shared memory left free when sizing a recommended cache [Unit: byte].
-SHM_MARGIN = 256 << 20
+from unstall import machine
 
 
 @dataclass(frozen=True)
 class Machine:
     """Attributes:
-    cores: cores this process may run on.
-    cache_room_bytes: free shared memory (less ``SHM_MARGIN``) or half the free RAM,
-        the smaller (None: not readable here).
+    cores: cores this process may use (`unstall.machine.cores_available`: affinity and
+        the cgroup's CPU quota, as the tuner counts them).
+    cache_room_bytes: free shared memory (less `unstall.machine.SHM_RECOMMEND_MARGIN`) or
+        half the available RAM, the smaller (None: not readable here).
     cuda: a CUDA device is usable.
     gpu_decoder: the GPU decoder GPU prep would use, by name (None: none installed).
     """
@@ -33,17 +30,16 @@ class Machine:
 
 def read_machine() -> Machine:
     """This node as it is now."""
-    return Machine(cores_available(), _cache_room(), _cuda(), _gpu_decoder())
+    return Machine(machine.cores_available(), _cache_room(), _cuda(), _gpu_decoder())
 
 
 def _cache_room() -> float | None:
     try:
-        st = os.statvfs("/dev/shm")
-        free = st.f_bavail * st.f_frsize - SHM_MARGIN
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") // 2
-    except (OSError, ValueError):
+        free = machine.free_bytes() - machine.SHM_RECOMMEND_MARGIN
+    except OSError:
         return None
-    return min(free, ram)
+    available = machine.memory_available_bytes()
+    return free if available is None else min(free, available // 2)
 
 
 def _cuda() -> bool:

@@ -37,13 +37,6 @@ def machine_busy_s() -> float:
     return (sum(fields[:8]) - idle) * _TICK
 
 
-def cores_available() -> int:
-    """Cores this process may run on (its affinity), else the machine's count."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def workers_cpu(pids: list[int]) -> tuple[float, float]:
     """(CPU seconds, seconds waiting for a core) these processes have used so far, together.
 

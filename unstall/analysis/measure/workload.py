@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from unstall import machine
 from unstall.loader import DataLoader, SplitDataset
 from unstall.loader.sampling import OrderSpec
 
@@ -79,16 +80,9 @@ def timeline_on() -> Iterator[None]:
     """Loaders made inside keep per-batch spans (``stats()["timeline"]``)."""
     from unstall.loader import schedclock
 
-    before = os.environ.get("UNSTALL_TIMELINE")
-    os.environ["UNSTALL_TIMELINE"] = "1"
-    schedclock.enable()  # stays on: the workers start later, at iter()
-    try:
+    with machine.environment({"UNSTALL_TIMELINE": "1"}):
+        schedclock.enable()  # stays on: the workers start later, at iter()
         yield
-    finally:
-        if before is None:
-            os.environ.pop("UNSTALL_TIMELINE", None)
-        else:
-            os.environ["UNSTALL_TIMELINE"] = before
 
 
 def step_indices(work: Workload, batches: int) -> list[int]:
@@ -118,7 +112,7 @@ def builtin_workload(
     if rate is not None and rate <= 0:
         raise ValueError(f"rate={rate} must be > 0 samples/s")
     dataset = ImageFolder(os.fspath(data))
-    workers = num_workers if num_workers is not None else len(os.sched_getaffinity(0))
+    workers = num_workers if num_workers is not None else machine.cores_available()
     if rate is None and torch.cuda.is_available():
         step, to_device = _real_model(model)
         name = f"{model} on {torch.cuda.get_device_name()}"

@@ -25,8 +25,7 @@ import os
 import time
 from typing import Any
 
-import psutil
-
+from unstall import machine
 from unstall.cache.capacity import parse_capacity
 from unstall.cache.shm import lifecycle, segment
 from unstall.cache.shm.index import H_KEEP_UNTIL, H_LEFT_AT, ShmCache
@@ -46,7 +45,7 @@ def keep_seconds(keep: float | None = None) -> float:
         ValueError: naming the setting, when it is negative or not a number.
     """
     if keep is None:
-        text = os.environ.get("UNSTALL_CACHE_KEEP_S", "")
+        text = machine.cache_keep_text()
         if not text:
             return DEFAULT_KEEP_S
         try:
@@ -65,8 +64,8 @@ def keep_seconds(keep: float | None = None) -> float:
 
 def max_kept_bytes() -> int:
     """``$UNSTALL_CACHE_KEEP_MAX`` (bytes, a size string or a fraction of RAM) in bytes."""
-    total = psutil.virtual_memory().total
-    text = os.environ.get("UNSTALL_CACHE_KEEP_MAX", "")
+    total = machine.memory_total_bytes()
+    text = machine.cache_keep_max_text()
     if not text:
         return int(total * DEFAULT_MAX_SHARE)
     try:
@@ -105,11 +104,12 @@ def sweep(*, need_bytes: int = 0, now: float | None = None) -> list[str]:
     released = [k["name"] for k in kept if k["until"] <= now]
     live = [k for k in kept if k["until"] > now]
     cap = max_kept_bytes()
-    mem = psutil.virtual_memory()
-    floor = mem.total * MIN_AVAILABLE_SHARE
+    floor = machine.memory_total_bytes() * MIN_AVAILABLE_SHARE
     total = sum(k["size"] for k in live)
     shm_free = segment.free_bytes(segment.shm_dir())
-    available = mem.available
+    available = machine.memory_available_bytes()
+    if available is None:  # not known here: memory is not what releases them
+        available = floor
     while live and (total > cap or available < floor or shm_free < need_bytes):
         oldest = live.pop(0)
         released.append(oldest["name"])

@@ -37,7 +37,10 @@ def _kept_until(fd: int) -> int:
     return _word(fd, H_KEEP_UNTIL) if _word(fd, H_VERSION) == VERSION else 0
 
 
-def _same_file(fd: int, path: str) -> bool:
+def still_linked(fd: int, path: str) -> bool:
+    """True if ``fd`` is still the file named ``path`` (not unlinked or replaced meanwhile).
+    The one same-file check: `unstall.cache.shm.segment` takes it from here, since this
+    module must run on the standard library alone."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -61,7 +64,7 @@ def reap(path: str, poll_s: float = POLL_S) -> bool:
             if wait <= 0:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 until = _kept_until(fd)
-                if until and until <= time.time() and _same_file(fd, path):
+                if until and until <= time.time() and still_linked(fd, path):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
                     return True

@@ -1,7 +1,7 @@
 """Shared-memory segment files: their names, creation with reserved space, locking, liveness.
 
-Every segment is a plain file in the shared-memory directory (``/dev/shm``, or
-``$UNSTALL_SHM_DIR``), mapped with ``mmap``. We do not use
+Every segment is a plain file in the shared-memory directory (`unstall.machine.shm_dir`:
+``/dev/shm``, or ``$UNSTALL_SHM_DIR``), mapped with ``mmap``. We do not use
 `multiprocessing.shared_memory`: its resource tracker unlinks segments when the
 *first* process that attached exits, and cannot be told who the last user is.
 Names come from `segment_name` only, with a per-user prefix (plus
@@ -19,19 +19,18 @@ from collections.abc import Iterator
 
 import psutil
 
+from unstall.cache.shm.reaper import still_linked as still_linked  # the one same-file check
+from unstall.machine import free_bytes as free_bytes  # segments' room, as the machine says
+from unstall.machine import shm_dir, shm_namespace
+
 #: Every unstall segment name starts with this, then the user id.
 NAME_PREFIX = "unstall"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def shm_dir() -> str:
-    """The directory that holds segments: ``$UNSTALL_SHM_DIR`` or ``/dev/shm``."""
-    return os.environ.get("UNSTALL_SHM_DIR", "/dev/shm")
-
-
 def name_prefix() -> str:
     """``unstall-u<uid>-`` (``unstall-u<uid>-<namespace>-`` with ``$UNSTALL_SHM_NAMESPACE``)."""
-    namespace = _SAFE.sub("_", os.environ.get("UNSTALL_SHM_NAMESPACE", ""))
+    namespace = _SAFE.sub("_", shm_namespace())
     head = f"{NAME_PREFIX}-u{os.getuid()}-"
     return f"{head}{namespace}-" if namespace else head
 
@@ -49,12 +48,6 @@ def segment_name(fingerprint: str, policy: str = "noevict", name: str | None = N
 
 def segment_path(name: str) -> str:
     return os.path.join(shm_dir(), name)
-
-
-def free_bytes(directory: str) -> int:
-    """Bytes an unprivileged user can still allocate in ``directory`` (statvfs)."""
-    st = os.statvfs(directory)
-    return st.f_bavail * st.f_frsize
 
 
 def list_segment_names(everyone: bool = False) -> list[str]:
@@ -116,16 +109,6 @@ def publish_file(path: str) -> bool:
 def discard_tmp(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(f"{path}.{os.getpid()}.tmp")
-
-
-def still_linked(fd: int, path: str) -> bool:
-    """True if ``fd`` is still the file named ``path`` (not unlinked or replaced meanwhile)."""
-    try:
-        st_path = os.stat(path)
-    except FileNotFoundError:
-        return False
-    st_fd = os.fstat(fd)
-    return st_fd.st_nlink > 0 and (st_fd.st_ino, st_fd.st_dev) == (st_path.st_ino, st_path.st_dev)
 
 
 @contextlib.contextmanager

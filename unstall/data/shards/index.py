@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from unstall.cache.disk_tier import cache_dir
 from unstall.data.keys import KeyTable
+from unstall.machine import cache_dir
 
 INDEX_VERSION = 2
 #: Where index objects beside the shards live, under the shards' location.

@@ -25,8 +25,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from unstall.cache.disk_tier import cache_dir
 from unstall.data.shards.index import LOCATION_FILE, ShardInfo, index_root, name_dir
+from unstall.machine import cache_dir
 from unstall.stores import locks
 
 #: Rounds of `ShardFiles.open` (download again, open) for copies evicted before they opened.

@@ -12,29 +12,19 @@ new workers.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any
+
+from unstall import machine
 
 #: Share of the node's available memory new workers may take.
 MEMORY_SHARE = 0.5
 
 
 def node_cores() -> int:
-    """CPUs this process may use: its affinity, capped by a cgroup v2 quota."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    try:
-        with open("/sys/fs/cgroup/cpu.max") as f:
-            quota, period = f.read().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return max(1, cores)
+    """CPUs this process may use: its affinity, capped by a cgroup quota (`unstall.machine`)."""
+    return machine.cores_available()
 
 
 class IdleMeter:
@@ -71,14 +61,7 @@ def training_cores(main_cpu_s: float, wall_s: float) -> int:
 
 def available_bytes() -> int | None:
     """The node's ``MemAvailable`` in bytes (None where /proc/meminfo has none)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
+    return machine.memory_available_bytes()
 
 
 def process_bytes(pid: int) -> int | None:

@@ -19,6 +19,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from unstall import machine
 from unstall.loader.handoff.slots import process_alive, slot_dir
 
 #: Every share file's name starts with this.
@@ -27,7 +28,7 @@ SHARE_PREFIX = "unstall_autotune"
 
 def job_key() -> str | None:
     """This job's key on this node, or None (a single process: nothing to share)."""
-    own = os.environ.get("UNSTALL_AUTOTUNE_JOB")
+    own = machine.autotune_job()
     if own:
         return own
     parts = [os.environ.get(k, "") for k in ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")]

@@ -42,6 +42,7 @@ import torch
 import torch.utils.data
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from unstall import machine
 from unstall.loader.handoff.inline import INLINE_MAX_BYTES, Inline
 
 #: Every slot segment name starts with this (then uid, owner pid, pool and slot numbers).
@@ -58,8 +59,8 @@ _pool_ids = itertools.count()
 
 
 def slot_dir() -> str:
-    """Where slot files live: ``$UNSTALL_SHM_DIR`` or ``/dev/shm``."""
-    return os.environ.get("UNSTALL_SHM_DIR", "/dev/shm")
+    """Where slot files live: the shared-memory directory (`unstall.machine.shm_dir`)."""
+    return machine.shm_dir()
 
 
 def job_prefix(owner_pid: int | None = None) -> str:

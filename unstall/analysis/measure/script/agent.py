@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from unstall import machine
 from unstall.analysis.measure.procstat import snapshot, workers_cpu
 from unstall.analysis.measure.script import hang
 from unstall.analysis.measure.script.files import evict_listed, file_cache_facts, prefill
@@ -350,17 +351,16 @@ _agent: Agent | None = None
 def install() -> None:
     """Watch this process's loaders per ``$UNSTALL_ANALYZE_*`` (called at start-up)."""
     global _agent
-    mode = os.environ.get("UNSTALL_ANALYZE_MODE", "")
-    if _agent is not None or mode not in MODES:
+    env = machine.analyze_env()
+    if _agent is not None or env.mode not in MODES:
         return
-    env = os.environ.get
     _agent = Agent(
-        mode,
-        warmup=int(env("UNSTALL_ANALYZE_WARMUP", "10")),
-        min_steps=int(env("UNSTALL_ANALYZE_STEPS", "50")),
-        min_s=float(env("UNSTALL_ANALYZE_MIN_S", "20")),
-        max_s=float(env("UNSTALL_ANALYZE_MAX_S", "300")),
-        out=env("UNSTALL_ANALYZE_OUT", ""),
+        env.mode,
+        warmup=env.warmup,
+        min_steps=env.steps,
+        min_s=env.min_s,
+        max_s=env.max_s,
+        out=env.out,
     )
     hooks.add_observer(_agent)
     hang.arm(_agent.out)  # a run past its time is asked where it is

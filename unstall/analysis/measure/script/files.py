@@ -23,6 +23,9 @@ import random
 import time
 from typing import Any
 
+from unstall import machine
+from unstall.stores.base import is_keyed
+
 #: Files whose sizes are read to estimate the listed bytes (evenly spaced).
 SIZE_SAMPLE = 256
 #: Files filled per round of `prefill`: it stops at the first round that stores none.
@@ -60,7 +63,7 @@ def file_cache_facts(dataset: Any) -> dict[str, Any]:
     name = type(dataset).__name__
     if dataset is None:
         return {"applies": False, "why": "the loader has no dataset"}
-    if all(callable(getattr(dataset, a, None)) for a in ("fetch", "key", "fingerprint")):
+    if is_keyed(dataset):
         return {"applies": None, "why": f"{name} is one of unstall's datasets (its own cache)"}
     try:
         paths, where = listed_paths(dataset)
@@ -84,21 +87,22 @@ def file_cache_facts(dataset: Any) -> dict[str, Any]:
 def prefill(loader: Any) -> dict[str, Any] | None:
     """Under ``unstall run --config`` with a cache for a dataset that opens its files: fill the
     node cache now, as an epoch leaves it (module notes); None when nothing applies."""
-    config = os.environ.get("UNSTALL_CONFIG")
+    config = machine.config_path()
     dataset = getattr(loader, "dataset", None)
     if not config or dataset is None:
         return None
-    from unstall.cache.files import bind_files, drop_page_cache
-    from unstall.loader.file_hook import wants_files
+    from unstall.cache.files import drop_page_cache
+    from unstall.loader.cache_binding import resolve_cache
     from unstall.loader.settings import load_overrides
 
     try:
         setting = load_overrides(config).get("cache")
     except ValueError:
         return None
-    if setting is None or not wants_files(setting, dataset):
+    binding = resolve_cache(setting, dataset) if setting is not None else None
+    if binding is None or not binding.files:
         return None
-    files = bind_files(setting, dataset)  # the same node segment the loader bound
+    files = binding.bind(dataset)  # the same node segment the loader bound
     if files is None:
         return None
     order = list(range(files.files))

@@ -1,0 +1,51 @@
+"""`unstall.machine`: the machine's facts and the ``$UNSTALL_*`` settings, read when asked."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from unstall import machine
+
+
+def test_cores_are_the_affinity_capped_by_the_cgroup_quota(monkeypatch):
+    mine = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(machine, "_cgroup_quota", lambda: None)
+    assert machine.cores_available() == mine
+    monkeypatch.setattr(machine, "_cgroup_quota", lambda: 0.5)  # half a core: still one
+    assert machine.cores_available() == 1
+    monkeypatch.setattr(machine, "_cgroup_quota", lambda: 1000.0)  # more than we may run on
+    assert machine.cores_available() == mine
+
+
+def test_directories_follow_the_environment_when_asked(monkeypatch, tmp_path):
+    monkeypatch.setenv("UNSTALL_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("UNSTALL_SHM_DIR", str(tmp_path))
+    assert machine.cache_dir() == str(tmp_path / "c")
+    assert machine.shm_dir() == str(tmp_path)
+    assert machine.free_bytes() > 0
+    monkeypatch.delenv("UNSTALL_CACHE_DIR")
+    monkeypatch.delenv("UNSTALL_SHM_DIR")
+    assert machine.cache_dir() == os.path.expanduser("~/.cache/unstall")
+    assert machine.shm_dir() == "/dev/shm"
+
+
+def test_memory_is_read_from_the_node():
+    total, available = machine.memory_total_bytes(), machine.memory_available_bytes()
+    assert available is not None and 0 < available <= total
+
+
+def test_a_bad_number_names_the_variable(monkeypatch):
+    monkeypatch.setenv("UNSTALL_S3_RETRIES", "many")
+    with pytest.raises(ValueError, match="UNSTALL_S3_RETRIES='many' must be int"):
+        machine.s3_retries()
+    monkeypatch.setenv("UNSTALL_S3_RETRIES", "")
+    assert machine.s3_retries() == 6
+
+
+def test_environment_is_put_back(monkeypatch):
+    monkeypatch.delenv("UNSTALL_TIMELINE", raising=False)
+    with machine.environment({"UNSTALL_TIMELINE": "1"}):
+        assert machine.timeline()
+    assert not machine.timeline() and "UNSTALL_TIMELINE" not in os.environ
