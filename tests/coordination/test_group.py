@@ -54,8 +54,26 @@ def _finish(p: subprocess.Popen, timeout: float, want: int | None = 0) -> bool:
     return True
 
 
+#: Seconds for every member to start (python, torch, its loader and workers): 25 s were
+#: seen on a loaded 2-core machine, before any batch. Not part of what the tests measure.
+START_S = 120
+
+
+def _started(tmp: Path, procs: list[subprocess.Popen]) -> None:
+    """Wait until every member has made its loader (its file in the barrier directory)."""
+    deadline = time.monotonic() + START_S
+    while len(os.listdir(tmp / "barrier")) < len(procs):
+        for p in procs:
+            if p.poll() not in (None, 0) and not (tmp / "barrier" / str(p.pid)).exists():
+                _finish(p, 10)  # failed before its loader was made: its output in the message
+        assert time.monotonic() < deadline, f"members did not start within {START_S} s"
+        time.sleep(0.01)
+
+
 def _stop_after(tmp: Path, procs: list[subprocess.Popen], j: int, *, batches: int) -> None:
-    """SIGSTOP member ``j`` once it has trained on ``batches`` batches (within 30 s)."""
+    """SIGSTOP member ``j`` once it has trained on ``batches`` batches (within 30 s of every
+    member having started)."""
+    _started(tmp, procs)
     progress = tmp / f"m{j}.progress"
     deadline = time.monotonic() + 30
     while True:  # one read per look: the member truncates the file before each write
@@ -141,6 +159,7 @@ def test_sigkilled_member_blocks_nobody_and_shm_is_clean(tmp_path, expected):
     procs = _start(
         tmp_path, group, 3, env_each=lambda j: {"MEMBER_SUICIDE_AFTER": "5"} if j == 2 else {}
     )
+    _started(tmp_path, procs)
     t0 = time.monotonic()
     for p in procs[:2]:
         _finish(p, 60)

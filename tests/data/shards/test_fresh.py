@@ -107,12 +107,20 @@ def test_exactly_once_while_a_fresh_dataset_lands(fresh, seaweed, workers):
         ds.location.close()
 
 
-def test_two_ranks_while_a_fresh_dataset_lands(fresh, seaweed):
-    """Both ranks made before either reads: both stream epoch 0; together exactly once."""
+def test_two_ranks_while_a_fresh_dataset_lands(fresh, seaweed, monkeypatch):
+    """Both ranks made before either reads: both stream epoch 0; together exactly once.
+
+    The background downloads start once both ranks are made (held until then): else, on a
+    loaded machine, the first rank's lands every shard before the second is made."""
     proxy = DelayProxy(seaweed.endpoint, delay=0.1).__enter__()
     opts = {**fresh.opts, "endpoint": proxy.endpoint}
+    start, held = ShardFiles.start_background, []
+    monkeypatch.setattr(ShardFiles, "start_background", lambda *a, **k: held.append((a, k)))
     datasets = [TarShards(fresh.url, **opts) for _ in range(2)]
-    assert not any(ds.length_known for ds in datasets)
+    monkeypatch.setattr(ShardFiles, "start_background", start)
+    assert len(held) == 2 and not any(ds.length_known for ds in datasets)
+    for a, k in held:  # the shards land now, while the ranks read
+        start(*a, **k)
     got = {}
     for epoch in range(2):
         for rank, ds in enumerate(datasets):
@@ -285,3 +293,26 @@ def test_len_shows_a_progress_bar_on_a_terminal(fresh, seaweed, monkeypatch, cap
         assert len(ds) == N
         ds.location.close()
     assert "indexing the shards of" in capsys.readouterr().err
+
+
+def test_two_ranks_one_made_after_every_shard_landed(fresh, seaweed, monkeypatch):
+    """What a loaded machine gave the test above: rank 0 made while the shards land (length
+    not known), rank 1 after they all landed (known). Their epochs still split exactly once:
+    epoch 0 goes in the same key-order windows either way."""
+    start, held = ShardFiles.start_background, []
+    monkeypatch.setattr(ShardFiles, "start_background", lambda *a, **k: held.append((a, k)))
+    streaming = TarShards(fresh.url, **fresh.opts)
+    monkeypatch.setattr(ShardFiles, "start_background", start)
+    assert not streaming.length_known
+    indexed = TarShards(fresh.url, **fresh.opts)  # its own download lands (and indexes) all
+    indexed.complete()
+    assert indexed.length_known and not streaming.length_known
+    for epoch in range(2):
+        got = []
+        for rank, ds in enumerate([streaming, indexed]):
+            loader = _loader(ds, rank=rank, world_size=2)
+            loader.set_epoch(epoch)
+            got.append(epoch_ids(loader))
+            loader.close()
+        assert sorted(got[0] + got[1]) == list(range(N))
+        assert len(got[0]) == len(got[1]) == N // 2

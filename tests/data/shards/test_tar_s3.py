@@ -108,6 +108,42 @@ def test_window_mode_keeps_only_the_window_on_disk(s3_tars):
     assert gets <= 2 * SHARDS * 2  # each shard fetched about once per epoch (one GET each)
 
 
+def test_a_copy_evicted_before_it_was_opened_is_downloaded_again(s3_tars, monkeypatch):
+    """Window mode, the race of two workers forced: right after this worker made a shard
+    present (``ensure``), another worker's ``evict`` deletes it, before this one opened it.
+    The read downloads it again and gives the exact bytes (was: FileNotFoundError). A copy
+    this worker holds open is read from its descriptor even once deleted (no download), and
+    its descriptors of deleted copies are closed once it reads other shards."""
+    from unstall.data.shards.shard_files import ShardFiles
+
+    url, paths, opts = s3_tars
+    biggest = max(p.stat().st_size for p in paths)
+    ds = TarShards(url, shuffle="window", window=1, disk=2 * biggest + 100, **opts)
+    assert ds.windowed
+    other = ShardFiles(ds.location.url, ds.files.dir)  # another worker's view of the copies
+    ensure, evicted = ShardFiles.ensure, set()
+
+    def ensure_then_evicted_by_another(self, location, infos, then=None):
+        out = ensure(self, location, infos, then)
+        first = [i for i in infos if i.key not in evicted]
+        if self is ds.files and first:  # each shard's first copy, once
+            assert all(self.have(i) for i in infos)
+            assert other.evict(0, keep=[]) >= len(first)  # its keep: shards this one skips
+            assert not any(self.have(i) for i in infos)
+            evicted.update(i.key for i in first)
+        return out
+
+    monkeypatch.setattr(ShardFiles, "ensure", ensure_then_evicted_by_another)
+    before = ds.files.downloaded
+    for s in range(SHARDS):
+        for i in (s * PER_SHARD, s * PER_SHARD + PER_SHARD - 1):
+            x, y = ds[i]
+            assert y == i and bytes(x) == sample_bytes(i)
+        assert len(ds.files._fds) == 1  # only the shard being read: deleted copies closed
+    assert evicted == {i.key for i in ds.index.shards}
+    assert ds.files.downloaded - before == 2 * SHARDS  # once, then again after the eviction
+
+
 @pytest.mark.parametrize("disk", ["auto", 0])
 def test_resume_on_s3_is_exact(s3_tars, disk):
     from tests.conftest import check_resume

@@ -229,12 +229,13 @@ class ShardDataset(torch.utils.data.Dataset, ShardFormat):
         if self.keep or self.windowed:
             assert self.files is not None
             needed = [infos[s] for s in dict.fromkeys(shards)]
-            self.files.ensure(self.location, needed)
+            self.files.open(self.location, needed)  # open: another worker may evict them
             out = [
                 self.files.pread(infos[s], a, b) for s, (a, b) in zip(shards, spans, strict=True)
             ]
             if self.windowed:  # open descriptors keep an evicted file readable
                 self.files.evict(self.disk_budget, keep=needed)
+                self.files.release(keep=needed)
             return out
         return fetch_ranges(self, shards, spans)
 

@@ -6,6 +6,13 @@ version, so a rewritten shard is a new file and the old one is removed. A file
 appears only when complete (written as ``.part``, then renamed). Workers and jobs
 of a node that need the same shard take its ``flock``: one downloads, the others
 wait for the file, so each shard is fetched once.
+
+In window mode (`evict`) any process may delete any copy beyond the budget, including
+one another process has just made present but not opened yet. A reader therefore opens
+what it needs (`open`: an open descriptor keeps a deleted copy readable) and downloads
+again a copy deleted between `ensure` and its open, then reads only through its
+descriptors; a process closes its descriptors of deleted copies it no longer reads, so
+their disk space is freed.
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ from unstall.data.shards.index import LOCATION_FILE, ShardInfo, index_root, name
 from unstall.machine import cache_dir
 from unstall.stores import locks
 
+#: Rounds of `ShardFiles.open` (download again, open) for copies evicted before they opened.
+OPEN_TRIES = 5
+
 
 def files_root() -> str:
     """Where every location's shard copies are: ``$UNSTALL_CACHE_DIR/shards/files``."""
@@ -35,7 +45,7 @@ class ShardFiles:
         digest = hashlib.blake2b(location_url.encode(), digest_size=12).hexdigest()
         self.dir = directory or os.path.join(files_root(), digest)
         name_dir(self.dir, location_url)  # what these copies are of, for `unstall cache list`
-        self._fds: dict[str, tuple[int, int]] = {}
+        self._fds: dict[str, tuple[int, int]] = {}  # path -> (descriptor, pid that opened it)
         self.downloaded = 0  # shards this process asked the store for
         #: (thread, pid, keys) of this process's background download (`start_background`)
         self._background: tuple[Any, int, set[str]] | None = None
@@ -148,14 +158,60 @@ class ShardFiles:
                 removed += 1
         return removed
 
-    def pread(self, info: ShardInfo, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of the local copy of ``info``'s shard."""
+    def open(self, location: Any, infos: list[ShardInfo]) -> None:
+        """Make every shard of ``infos`` present (`ensure`) and open in this process, so that
+        `pread` reads it even if another process evicts it now.
+
+        A copy deleted after `ensure` saw it and before it was opened (another worker's or
+        job's `evict`) is downloaded again; after `OPEN_TRIES` such rounds the last
+        `FileNotFoundError` is raised (a disk budget too small for the shards in use).
+        """
         pid = os.getpid()
-        got = self._fds.get(info.key)
+        held = {path for path, (_, owner) in self._fds.items() if owner == pid}
+        todo = [i for i in dict.fromkeys(infos) if self.path(i) not in held]  # open already
+        for attempt in range(OPEN_TRIES):
+            self.ensure(location, todo)
+            gone = []
+            for info in todo:
+                try:
+                    self._fd(info)
+                except FileNotFoundError:
+                    if attempt == OPEN_TRIES - 1:
+                        raise
+                    gone.append(info)
+            if not gone:
+                return
+            todo = gone
+
+    def _fd(self, info: ShardInfo) -> int:
+        """This process's descriptor of ``info``'s copy (opened now if it has none)."""
+        path = self.path(info)
+        pid = os.getpid()
+        got = self._fds.get(path)
         if got is None or got[1] != pid:
-            got = (os.open(self.path(info), os.O_RDONLY), pid)
-            self._fds[info.key] = got
-        return os.pread(got[0], end - start, start)
+            got = (os.open(path, os.O_RDONLY), pid)
+            self._fds[path] = got
+        return got[0]
+
+    def release(self, keep: list[ShardInfo]) -> int:
+        """Close this process's descriptors of copies no longer on disk (evicted), but
+        ``keep``'s: the space they held is freed. Returns how many were closed."""
+        pid = os.getpid()
+        kept = {self.path(i) for i in keep}
+        closed = 0
+        for path, (fd, owner) in list(self._fds.items()):
+            if owner != pid:
+                del self._fds[path]  # inherited from the parent: not this process's to close
+            elif path not in kept and not os.path.exists(path):
+                del self._fds[path]
+                os.close(fd)
+                closed += 1
+        return closed
+
+    def pread(self, info: ShardInfo, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the local copy of ``info``'s shard (opened by `open`, or
+        now if it is not)."""
+        return os.pread(self._fd(info), end - start, start)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
