@@ -81,6 +81,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         num_workers, prefetch_factor: as torch's, or ``"auto"``: the loader starts small
             and changes its pool between batches while it runs (`unstall.loader.autotune`;
             ``stats()["autotune"]`` says what it chose and why).
+        watchdog_s: a wait for a batch this long with no worker making progress raises
+            `LoaderStuckError`, naming the stuck worker and batch (`unstall.loader.watchdog`).
 
     Each ``iter()`` runs one epoch: epoch numbers advance by themselves, or are set
     with `set_epoch`. `state_dict` records the position; `load_state_dict` makes the
@@ -117,12 +119,14 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         prep: str | None = None,
         zero_copy: bool | None = None,
         coordinate: str | bool | None = None,
+        watchdog_s: float | None = None,
     ):
         a = dict(locals())
         for name in ("self", "dataset", "__class__"):
             a.pop(name, None)
         hooks.first_loader()  # `unstall run` / analyze start watching a script's own loaders
         a.update(config_overrides())
+        self.watchdog_s = a.pop("watchdog_s")  # read by each epoch's watchdog (None: default)
         iterable = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
             dataset, "__len__"
         )
@@ -136,9 +140,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._stats_sources: list[Callable[[], dict[str, Any]]] = []
         self._position = EpochPosition()
         self._current: weakref.ref[Any] | None = None  # the last iter(): replaced by the next
-        self._passthrough = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
-            dataset, "__len__"
-        )
+        self._passthrough = iterable
         if self._autotune is not None:
             weakref.finalize(self, self._autotune.close)
             self._autotune.enabled = not a["coordinate"]  # a group's pool stays as it started
@@ -153,9 +155,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             check_passthrough(dataset, a)
             self._inner = shadow
             self.seed, self.rank, self.world_size, self.device, self.prep = None, 0, 1, None, "cpu"
-            self.order = None
-            self._handoff = None
-            self._gpu_prep = None
+            self.order = self._handoff = self._gpu_prep = None
         else:
             self._settings = settings = LoaderSettings.resolve(dataset, a)
             self.seed, self.rank = settings.seed, settings.rank
