@@ -18,13 +18,17 @@ import glob
 import os
 import signal
 import subprocess
+import sys
 import sysconfig
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import IO
 
 #: The signal that asks a process for its stacks (Lightning's SLURM requeue takes SIGUSR1).
 SIGNAL = signal.SIGUSR2
+#: The signal that asks a process for its loaders' state (`unstall.launch.state`).
+STATE = signal.SIGUSR1
 #: Seconds between SIGINT and SIGKILL for a run that is past its time.
 GRACE_S = 5.0
 #: Frames of each thread shown in the error.
@@ -64,7 +68,16 @@ def run_script(
     command: Sequence[str], env: dict[str, str], timeout: float, out: str, mode: str
 ) -> subprocess.CompletedProcess:
     """Run ``command`` in a process group of its own; the whole group is stopped if it
-    outlives ``timeout`` seconds (`RunTimedOut`) or the caller is interrupted."""
+    outlives ``timeout`` seconds (`RunTimedOut`) or the caller is interrupted (Ctrl-C,
+    SIGTERM, SIGHUP: the script's own handlers then run, `end_group`). SIGUSR1 to the
+    analyzer prints what the run's loaders are doing."""
+    with _run_signals(out):
+        return _run(command, env, timeout, out, mode)
+
+
+def _run(
+    command: Sequence[str], env: dict[str, str], timeout: float, out: str, mode: str
+) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(
         list(command),
         env=env,
@@ -75,6 +88,9 @@ def run_script(
         start_new_session=True,
     )
     try:
+        _running[:] = [proc]
+        if _stopping:  # a SIGTERM came while the script was being started
+            raise SystemExit(128 + _stopping[0])
         stdout, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _ask_for_stacks(out, proc.pid)
@@ -99,6 +115,59 @@ def run_script(
         raise
     end_group(proc)  # what the script left running in its group (nothing, normally) goes too
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, None)
+
+
+_running: list[subprocess.Popen] = []  # the run now going
+_stopping: list[int] = []  # a SIGTERM or SIGHUP that came before it started
+
+
+@contextlib.contextmanager
+def _run_signals(out: str) -> Iterator[None]:
+    """While a run goes: SIGTERM and SIGHUP end the analyzer as Ctrl-C does (the run's group
+    is stopped, `end_group`), SIGUSR1 prints the run's loaders' state, and an ignored SIGINT
+    (a background job's) is not passed on to the script, which `end_group` stops with it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        if not _running:  # the script is being started: `_run` ends it once it has started
+            _stopping.append(signum)
+            return
+        raise SystemExit(128 + signum)
+
+    def state(signum: int, frame: object) -> None:
+        if _running:
+            _ask_for_stacks(out, _running[0].pid, (STATE,))
+            time.sleep(1.0)
+            print(
+                _states(out) or "unstall analyze: no process of the run answered", file=sys.stderr
+            )
+
+    wanted = {signal.SIGTERM: stop, signal.SIGHUP: stop, STATE: state}
+    old = {
+        s: signal.signal(s, h)
+        for s, h in wanted.items()
+        if signal.getsignal(s) is not signal.SIG_IGN
+    }
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # the child must not inherit it
+        old[signal.SIGINT] = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        _running.clear()
+        _stopping.clear()
+
+
+def _states(out: str) -> str:
+    """Every state file (`unstall.launch.state`) in ``out``."""
+    parts = []
+    for path in sorted(glob.glob(os.path.join(out, "state-*.txt"))):
+        with open(path, errors="replace") as f:
+            parts.append(f.read().strip())
+    return "\n".join(parts)
 
 
 def end_group(proc: subprocess.Popen) -> str:
@@ -160,14 +229,30 @@ def _dumps(out: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def _ask_for_stacks(out: str, pgid: int) -> None:
-    """``SIGNAL`` to each process of the run that armed it (its file is in ``out``), and no
-    other: the signal's default action would end a process that did not (a shell, a helper),
+def _ask_for_stacks(out: str, pgid: int, signals: tuple[int, ...] = ()) -> None:
+    """``SIGNAL`` (stacks) and `STATE` (the loaders' state, `unstall.launch.state`) to each
+    process of the run that armed them (its file is in ``out``) and still catches them, and
+    no other: the signals' default action would end a process that does not (a shell, a
+    helper, a process whose framework reset its handlers at its end, as Lightning's does),
     and a pid of the run's that has ended may be another's by now."""
     for pid, _path in _dumps(out):
         if _live_in(pid, pgid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, SIGNAL)
+            for sig in signals or (SIGNAL, STATE):
+                if catches(pid, sig):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, sig)
+
+
+def catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (its ``SigCgt`` mask in /proc)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -184,6 +269,10 @@ def stacks(out: str) -> str:
             text = f.read().strip()
         if text:
             parts.append(f"  process {pid}{_whose(pid)}:\n" + _trim(text))
+        state = os.path.join(out, f"state-{pid}.txt")
+        if os.path.exists(state):  # what its loaders were doing (its watchdog's report)
+            with open(state, errors="replace") as f:
+                parts.append("\n".join("    " + line for line in f.read().strip().splitlines()))
     return "\n".join(parts)
 
 
