@@ -3,10 +3,10 @@ are doing, as the loader's watchdog would (`unstall.loader.watchdog.describe_all
 running epoch, the batch the loop waits for, the tasks outstanding and on which worker,
 each worker's pid, state and CPU time, the slots and the autotuner's last change.
 
-It goes to the process's stderr, headed by its pid and rank, and under ``unstall analyze``
-also to ``$UNSTALL_ANALYZE_OUT/state-<pid>.txt``, which the analyzer reads when a run is
-past its time. A script that handles SIGUSR1 itself (Lightning's SLURM requeue) keeps its
-handler: the state is then not printed.
+It goes to the process's stderr, headed by its pid and rank; under ``unstall analyze`` to
+``$UNSTALL_ANALYZE_OUT/state-<pid>.txt`` instead, which the analyzer prints (on its own
+SIGUSR1, and in the error of a run past its time). A script that handles SIGUSR1 itself
+(Lightning's SLURM requeue) keeps its handler: the state is then not printed.
 """
 
 from __future__ import annotations
@@ -36,13 +36,14 @@ def install() -> None:
 def _answer(signum: int, frame: Any) -> None:
     with contextlib.suppress(Exception):  # a report must never break the script
         text = report()
-        print(text, file=sys.stderr, flush=True)
         out = os.environ.get("UNSTALL_ANALYZE_OUT")
-        if out and os.path.isdir(out):
-            path = os.path.join(out, FILE.format(pid=os.getpid()))
-            with open(path + ".tmp", "w") as f:
-                f.write(text + "\n")
-            os.replace(path + ".tmp", path)
+        if not (out and os.path.isdir(out)):
+            print(text, file=sys.stderr, flush=True)
+            return
+        path = os.path.join(out, FILE.format(pid=os.getpid()))  # the analyzer shows it
+        with open(path + ".tmp", "w") as f:
+            f.write(text + "\n")
+        os.replace(path + ".tmp", path)
 
 
 def report() -> str:

@@ -303,15 +303,28 @@ def _trim(text: str) -> str:
             threads[-1].append(line.strip())
     # longest first: a venv's site-packages before a prefix it lies under
     prefixes = sorted({f'File "{p}/' for p in sysconfig.get_paths().values()}, key=len)[::-1]
-    shown, idle = [], 0
+    shown, idle = [], []
     for head, *frames in threads:
         if frames and all(f'File "{stdlib}/' in f for f in frames):
-            idle += 1
+            # where it is, in one line: a queue's feeder thread stuck writing shows here
+            idle.append(" <- ".join(_where(f) for f in frames[:2]))
             continue
         shown += ["    " + head] + ["      " + _short(f, prefixes) for f in frames[:FRAMES]]
     if idle:
-        shown.append(f"    ({idle} thread(s) in the standard library alone not shown)")
+        shown.append(
+            f"    ({len(idle)} thread(s) in the standard library alone: {'; '.join(idle)})"
+        )
     return "\n".join(shown)
+
+
+def _where(frame: str) -> str:
+    """``queues.py:_feed:250`` from a faulthandler frame line."""
+    try:
+        path, rest = frame.split('File "', 1)[1].split('", line ', 1)
+        line, _, func = rest.partition(" in ")
+        return f"{os.path.basename(path)}:{func.strip()}:{line.strip()}"
+    except (IndexError, ValueError):
+        return frame.strip()
 
 
 def _short(frame: str, prefixes: list[str]) -> str:
