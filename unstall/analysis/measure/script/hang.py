@@ -8,6 +8,10 @@ in a process group of its own; past its time it asks the group for stacks, stops
 (SIGINT, so Python unwinds and frees workers and shared memory; SIGKILL after
 ``GRACE_S``) and raises `RunTimedOut` naming where each process was. Without this, the
 timeout killed the script's first process only and left its ranks and workers running.
+
+A run past its time whose processes still use the CPU is slow, not stuck, and is given more
+time (up to `EXTEND` times its time): two ranks of a framework and their workers on a busy
+2-core machine can take longer than the time a test gives them while never hanging.
 """
 
 from __future__ import annotations
@@ -33,10 +37,17 @@ STATE = signal.SIGUSR1
 GRACE_S = 5.0
 #: Frames of each thread shown in the error.
 FRAMES = 6
+#: A run past its time is looked at for this long at a time [s] ...
+CHECK_S = 3.0
+#: ... and given more time while its processes use at least this much CPU in it [s] ...
+BUSY_S = 0.1
+#: ... up to this many times its time in all.
+EXTEND = 3.0
 #: Lines of the script's output shown in the error.
 TAIL = 12
 
 _file: IO[str] | None = None
+_TICK = os.sysconf("SC_CLK_TCK")
 
 
 class RunTimedOut(TimeoutError):
@@ -91,7 +102,7 @@ def _run(
         _running[:] = [proc]
         if _stopping:  # a SIGTERM came while the script was being started
             raise SystemExit(128 + _stopping[0])
-        stdout, _ = proc.communicate(timeout=timeout)
+        stdout = _communicate(proc, timeout)
     except subprocess.TimeoutExpired:
         _ask_for_stacks(out, proc.pid)
         time.sleep(1.0)  # faulthandler writes at once; a busy 2-core machine needs a moment
@@ -102,7 +113,7 @@ def _run(
             f"ended (exit {ended}), but processes it started were still running after "
             f"{timeout:g} s and were stopped; "
             if ended is not None
-            else f"did not end within {timeout:g} s and was stopped; "
+            else f"did not end within {timeout:g} s and was stopped ({_why(proc, timeout)}); "
         )
         raise RunTimedOut(
             f"the {mode} run of {' '.join(command)} "
@@ -115,6 +126,54 @@ def _run(
         raise
     end_group(proc)  # what the script left running in its group (nothing, normally) goes too
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, None)
+
+
+def _communicate(proc: subprocess.Popen, timeout: float) -> str:
+    """``proc``'s output once it ends. Past ``timeout`` a run whose processes still use the
+    CPU is slow, not stuck (two ranks and their workers on a busy 2-core machine): it is
+    given `CHECK_S` more at a time, up to `EXTEND` times ``timeout`` in all; one that used
+    less than `BUSY_S` of CPU in the last `CHECK_S` raises `subprocess.TimeoutExpired`."""
+    start, wait, checking = time.monotonic(), timeout, False
+    while True:
+        before = group_cpu(proc.pid)
+        try:
+            return proc.communicate(timeout=wait)[0]
+        except subprocess.TimeoutExpired:
+            if checking:  # a check's window ended: did the run work in it?
+                idle = _used(before, group_cpu(proc.pid)) < BUSY_S
+                proc._unstall_idle = idle  # type: ignore[attr-defined]
+                if idle or time.monotonic() - start >= EXTEND * timeout:
+                    raise
+            wait, checking = CHECK_S, True
+
+
+def group_cpu(pgid: int) -> dict[int, float]:
+    """CPU seconds of each live process of process group ``pgid`` (from /proc)."""
+    out: dict[int, float] = {}
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            out[pid] = (int(fields[11]) + int(fields[12])) / _TICK
+    return out
+
+
+def _used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds the group used between two `group_cpu` samples."""
+    return sum(max(0.0, cpu - before.get(pid, 0.0)) for pid, cpu in after.items())
+
+
+def _why(proc: subprocess.Popen, timeout: float) -> str:
+    if getattr(proc, "_unstall_idle", True):
+        return f"its processes used less than {BUSY_S:g} s of CPU in its last {CHECK_S:g} s: stuck"
+    return f"still working after {EXTEND:g} x its time"
 
 
 _running: list[subprocess.Popen] = []  # the run now going
