@@ -144,3 +144,15 @@ def test_the_bound_from_the_environment(monkeypatch):
     assert bound_s(DataLoader(Rows(n=4), batch_size=4, watchdog_s=0)) == 0.0
     with pytest.raises(ValueError, match="watchdog_s"):
         bound_s(DataLoader(Rows(n=4), batch_size=4, watchdog_s=-1))
+
+
+def test_persistent_workers_start_afresh_after_the_error():
+    loader = DataLoader(
+        Rows(n=16, block=5), batch_size=4, num_workers=2, persistent_workers=True, watchdog_s=BOUND
+    )
+    with pytest.raises(LoaderStuckError, match=r"task 1: worker 1, dataset indices \[4, 5, 6, 7\]"):
+        list(loader)
+    loader.dataset.block = None  # the next epoch's new workers find the dataset unblocked
+    assert [int(x) for b in loader for x in b[:, 0]] == list(range(16))
+    loader._inner._iterator._shutdown_workers()  # persistent: stopped here, not at exit
+    loader.close()  # its slots (the failed epoch's were unlinked when it failed)

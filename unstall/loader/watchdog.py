@@ -199,6 +199,9 @@ class _Watch:
         state = self.state(it, waited)
         message = render(state)
         _stop_workers(it)
+        inner = getattr(self.loader(), "_inner", None)
+        if getattr(inner, "_iterator", None) is it:  # persistent workers: the next iter()
+            inner._iterator = None  # starts a new pool
         raise LoaderStuckError(message, state)
 
     def state(self, it: Any, waited: float | None = None) -> dict[str, Any]:
