@@ -134,6 +134,7 @@ class _Watch:
 
     def __init__(self, torch_iter: Any):
         self._iter = weakref.ref(torch_iter)
+        self.pid = os.getpid()  # a forked worker's copy is not its to describe
         self.loader: Any = lambda: None
         self.bound = 0.0
         self.sent: dict[int, Any] = {}  # torch task number -> its batch (dataset indices)
@@ -331,7 +332,7 @@ def describe_all() -> str:
     parts = []
     for it in list(_live):
         w = vars(it).get("_unstall_watch")
-        if w is None or getattr(it, "_shutdown", False):
+        if w is None or w.pid != os.getpid() or getattr(it, "_shutdown", False):
             continue
         with contextlib.suppress(Exception):  # a report must never raise
             parts.append(render(w.state(it)))
