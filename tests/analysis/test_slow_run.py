@@ -1,11 +1,10 @@
 """A run of ``unstall analyze`` past its time that is still working is slow, not stuck (issue 46).
 
-The Lightning DDP test's run "hung" in full parallel runs of the suite: two ranks, their
-workers and the suite's other tests on 2 cores took longer than the 100 s the test gives a
-run (here, at a load of 8-15, its cold runs took 57-101 s), and the stacks taken then (rank
-0 in its all-reduce, rank 1 waiting for a batch its workers had finished) were those of a
-live run. The analyzer now stops a run at its time only when its processes have stopped
-using the CPU; a working one gets more time, up to `EXTEND` times its own.
+On a loaded 2-core machine the Lightning DDP test's runs took 57-101 s against the 100 s the
+test gives a run: such a run used to be stopped and reported as hung. The analyzer now stops
+a run at its time only when its processes have stopped using the CPU; a working one gets
+more time, up to `EXTEND` times its own. (A run that is really stuck, as the DDP test's once
+was, is still stopped at its time, with each process's stacks and its loaders' state.)
 """
 
 from __future__ import annotations
