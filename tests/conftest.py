@@ -18,6 +18,7 @@ SERIAL = (
     "tests/bench/test_harness.py",
     "tests/bench/test_filecache.py",
     "tests/models/test_simulated.py",
+    "tests/remote/test_ray.py",  # a Ray cluster of 3 nodes; compares /dev/shm
     "tests/cache/test_bench.py",
     "tests/cache/test_lookup_cost.py",
     "tests/cache/test_lifecycle.py",
@@ -32,12 +33,28 @@ SERIAL = (
 )
 
 
+#: Tests in the `SERIAL` paths that time nothing and look only at their own shared-memory
+#: files and processes (structure, exact counts): they run in the parallel half.
+NOT_SERIAL = (
+    # which loader the frameworks' runs measure, their ranks and batch counts: no rate
+    "tests/analysis/test_frameworks.py::",
+    # the cache's exact hits and items under `unstall run --config`
+    "tests/analysis/test_file_cache.py::test_unstall_run_json_shows_the_file_cache_per_loader",
+    "tests/analysis/test_headline.py::",
+    "tests/analysis/test_script.py::test_a_failing_script_shows_its_last_lines",
+    "tests/analysis/test_timeline.py::",
+    "tests/analysis/test_verify.py::",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the `SERIAL` tests (by path, so a new test in a timing folder is serial too)."""
+    """Mark the `SERIAL` tests (by path, so a new test in a timing folder is serial too),
+    less the `NOT_SERIAL` ones (by test id)."""
     root = Path(str(config.rootpath))
     for item in items:
         path = Path(str(item.path)).relative_to(root).as_posix()
-        if path.startswith(SERIAL):
+        test_id = path + "::" + item.nodeid.split("::", 1)[-1]
+        if path.startswith(SERIAL) and not test_id.startswith(NOT_SERIAL):
             item.add_marker(pytest.mark.serial)
 
 

@@ -26,7 +26,7 @@ LAZY_PACKAGES = {"unstall/__init__.py", "unstall/pipeline/__init__.py"}
 #: Packages that sit below the loader: they never import it.
 BELOW_LOADER = {"errors", "models", "stores", "pipeline"}
 #: Packages that serve the loader's options from above (`unstall.loader.extensions`).
-ABOVE_LOADER = {"gpu", "coordination", "distributed", "analysis", "launch", *TOP}
+ABOVE_LOADER = {"gpu", "coordination", "remote", "distributed", "analysis", "launch", *TOP}
 
 
 def _modules() -> dict[str, ast.Module]:
@@ -191,4 +191,65 @@ def test_the_loader_imports_nothing_above_it_and_nothing_below_imports_it():
                 bad.append(f"{path}: {module}")
             if here in BELOW_LOADER and there == "loader":
                 bad.append(f"{path}: {module}")
+    assert bad == []
+
+
+def _loader_private_names() -> set[str]:
+    """The private attributes of a `DataLoader` and its iterators: those a live loader and
+    its epoch iterator hold (torch's own included), and every ``self._x`` the loader's and
+    the iterators' modules set."""
+    import torch
+
+    import unstall
+
+    class Four(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int) -> int:
+            return i
+
+    loader = unstall.DataLoader(Four(), batch_size=2)
+    it = iter(loader)
+    names = {n for obj in (loader, it) for n in dir(obj) if _private(n)}
+    for path in ("unstall/loader/dataloader.py", "unstall/loader/iterate.py"):
+        for node in ast.walk(_modules()[path]):
+            if (
+                isinstance(node, ast.Attribute)
+                and _private(node.attr)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            ):
+                names.add(node.attr)
+    return names
+
+
+def test_nothing_outside_the_loader_reaches_into_the_loader_or_its_iterators():
+    """Modules outside ``unstall/loader/`` use the loader's public entries only (e.g.
+    `DataLoader.start_epoch`, ``it.cursor``), never ``loader._inner`` or ``it._cursor``;
+    nor does the autotuner's pool change (``loader/autotune/pool.py``), which touches no
+    private attribute at all."""
+    names = _loader_private_names()
+    assert {"_inner", "_sampler", "_handoff", "_position", "_cursor", "_torch_iter"} <= names
+    bad = []
+    for path, tree in _modules().items():
+        pool = path == "unstall/loader/autotune/pool.py"
+        if path.startswith("unstall/loader/") and not pool:
+            continue
+        for node in ast.walk(tree):
+            if _getattr_private(node):
+                name = node.args[1].value
+            elif isinstance(node, ast.Attribute) and (
+                _private(node.attr) or (pool and node.attr == "__dict__")
+            ):
+                owner = node.value
+                if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                    continue
+                if isinstance(owner, ast.Call) and getattr(owner.func, "id", None) == "super":
+                    continue
+                name = node.attr
+            else:
+                continue
+            if pool or name in names:
+                bad.append(f"{path}:{node.lineno} {ast.unparse(node)}")
     assert bad == []

@@ -19,6 +19,7 @@ _HOMES = {
     "ImageFolder": "unstall.data",
     "ImagePipeline": "unstall.pipeline",
     "Peers": "unstall.distributed",
+    "Remote": "unstall.remote",
     "SampleError": "unstall.errors",
     "Store": "unstall.stores",
     "StoreError": "unstall.errors",
@@ -57,6 +58,7 @@ if TYPE_CHECKING:  # for type checkers and editors: the names as if imported eag
     from unstall.loader import DataLoader
     from unstall.loader.swap import patch_torch
     from unstall.pipeline import ImagePipeline
+    from unstall.remote import Remote
     from unstall.stores import Store, open_store
 
 __all__ = [
@@ -66,6 +68,7 @@ __all__ = [
     "ImageFolder",
     "ImagePipeline",
     "Peers",
+    "Remote",
     "SampleError",
     "Store",
     "StoreError",

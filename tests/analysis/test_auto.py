@@ -21,13 +21,15 @@ from unstall.analysis.recommend.auto import (
     MARGIN,
     auto_row,
     budget_at,
+    next_window,
     price,
     settle,
     window_at,
     with_auto,
 )
 from unstall.analysis.recommend.search import recommend
-from unstall.loader.autotune.controller import FIRST_WINDOW_S, START_WORKERS, WARMUP_ROUNDS
+from unstall.loader.autotune import AutoTuner
+from unstall.loader.autotune.policy import FIRST_WINDOW_S, START_WORKERS, WARMUP_ROUNDS
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "analysis" / "scripts" / "burn_train.py"
@@ -248,3 +250,47 @@ def test_oversubscribed_script_gets_auto_priced_applied_and_verified(tmp_path):
     # it asked for 4x the cores; "auto" started at START_WORKERS and ran within the cores
     # (whether it grew in its 32 batches depends on the idle cores it saw)
     assert loader["samples"] == 256 and start <= loader["num_workers"] <= CORES, loader
+
+
+def _controller_walk(r: Rates, base: Config, node_cores: int) -> list[int]:
+    """The live tuner (`AutoTuner`) fed, window after window, the windows the model predicts
+    for its pool under the budget `budget_at` gives: the counts it runs, in order."""
+    tuner = AutoTuner(True, False, START_WORKERS, 2)
+    try:
+        now, walk = 0.0, [tuner.workers]
+        for _ in range(16):
+            at = replace(base, workers=tuner.workers)
+            w = next_window(r, at, 2, tuner._walk)
+            budget = budget_at(r, at, node_cores=node_cores, ranks=1, others=0.0)
+            tuner._measure_budget = lambda w, cpu, b=budget: b
+            tuner._batches, tuner._wait, tuner._busy = w.batches, w.wait_s, w.busy_s
+            tuner._cpu, tuner._runq = w.cpu_s, w.runq_s
+            now += w.wall_s
+            tuner._w0 = now - w.wall_s
+            tuner._close_window(now)
+            d, tuner._pending = tuner._pending, None
+            if d is not None:  # what `apply` does at the next pull
+                tuner.workers, tuner.prefetch = d.workers, d.prefetch
+                walk.append(d.workers)
+            elif not tuner._walk.shrink_votes and tuner._walk.pending is None:
+                break
+        return walk
+    finally:
+        tuner.close()
+
+
+@pytest.mark.parametrize(
+    ("r", "workers", "node_cores"),
+    [
+        (rates(2.0), 8, 2),  # grows 1 -> 2
+        (replace(rates(16.0), prep_cpu_s=0.0043), 2, 16),  # grows 1 -> 9
+        (Rates(400.0, 0.004, 1.5, 1.0, 1e12, 0.0), 2, 4),  # 1 -> 2 -> 3, undone: 2
+        (rates(2.0, proc_s=0.004), 2, 2),  # stays at 1
+    ],
+)
+def test_the_live_tuner_fed_the_models_windows_walks_as_the_price_does(r, workers, node_cores):
+    base = Config(workers=workers, batch_size=8)
+    s = settle(r, base, node_cores=node_cores)
+    assert _controller_walk(r, base, node_cores) == s.walk
+    if s.undone:
+        assert s.walk == [1, 2, 3, 2] and s.path == [1, 2]

@@ -67,3 +67,21 @@ def test_scale_goals_from_the_runs():
         "first_batch_2x_vs_1x": 1.1,
     }
     assert out["exact"] is True and out["ratio"] == 2.0
+
+
+def test_the_scale_mode_imports_the_shared_rig_not_the_comparison():
+    """`shards` hands `--scale` to `shards_scale`; `shards_scale` takes what both share from
+    `shards_rig`, never from `shards`: no import circle."""
+    import ast
+    from pathlib import Path
+
+    import unstall.bench.shards_scale as scale
+
+    imported = set()
+    for node in ast.walk(ast.parse(Path(scale.__file__).read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    assert "unstall.bench.shards_rig" in imported
+    assert "unstall.bench.shards" not in imported

@@ -11,21 +11,25 @@ epoch of every loader is checked to yield each image exactly once (by content).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from unstall.bench.harness import BenchResult, Measurement, row
 from unstall.bench.s3_rig import ProxyProcess
 from unstall.bench.shards_rig import (
+    BATCH,
+    LATENCIES_MS,
+    WORKERS,
     clean_mosaic,
+    image_bytes,
     mosaic_loader,
+    scoped_env,
     webdataset_loader,
     write_mds,
     write_tars,
@@ -34,8 +38,6 @@ from unstall.testing import SeaweedServer
 
 DESCRIPTION = "raw objects vs tar vs MDS shards on S3: unstall, webdataset, Mosaic Streaming"
 BUCKET = "unstall-shards-bench"
-LATENCIES_MS = (0, 20)
-BATCH, WORKERS = 32, 2
 LOADERS = (
     "unstall raw",
     "unstall tar",
@@ -108,7 +110,7 @@ class Rig:
             self._clean()
 
     def _run(self, name: str, endpoint: str) -> dict[str, Any]:
-        with _env(self._env(endpoint)):
+        with scoped_env(self._env(endpoint)):
             if name.startswith("unstall"):
                 return self._unstall(name.split(" ", 1)[1], endpoint)
             if name == "webdataset tar":
@@ -154,7 +156,7 @@ class Rig:
                 ds = MDSShards(f"s3://{BUCKET}/mds", image="image", label="label", **opts)
             made["ds"] = ds
             return unstall.DataLoader(
-                ds, batch_size=BATCH, shuffle=True, num_workers=WORKERS, collate_fn=_images
+                ds, batch_size=BATCH, shuffle=True, num_workers=WORKERS, collate_fn=image_bytes
             )
 
         def gets() -> int:
@@ -337,22 +339,3 @@ def _result(results: dict[int, dict[str, list[dict[str, Any]]]], n: int, *, quic
 def _ident(raw: bytes) -> tuple[int, bytes]:
     """Which image this is, cheaply: size and last 32 bytes (checked unique at setup)."""
     return len(raw), bytes(raw[-32:])
-
-
-def _images(batch: list[Any]) -> list[bytes]:
-    """Fetch-only batches: the image bytes (the same for every loader)."""
-    return [bytes(x[0]) if isinstance(x, tuple) else bytes(x) for x in batch]
-
-
-@contextlib.contextmanager
-def _env(values: dict[str, str]) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

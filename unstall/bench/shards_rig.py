@@ -16,12 +16,16 @@ import os
 import sys
 import tarfile
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch.utils.data
 
 SHARD_BYTES = 1 << 26  # 64 MiB, MDSWriter's default size_limit; the tars use the same
+#: the proxy's delays, batch size and workers of both modes (`shards`, `shards_scale`)
+LATENCIES_MS = (0, 20)
+BATCH, WORKERS = 32, 2
 
 
 def import_streaming() -> Any:
@@ -172,3 +176,24 @@ def clean_mosaic() -> None:
         from streaming.base.util import clean_stale_shared_memory
 
         clean_stale_shared_memory()
+
+
+def image_bytes(batch: list[Any]) -> list[bytes]:
+    """Fetch-only batches: the image bytes (the same for every loader)."""
+    return [bytes(x[0]) if isinstance(x, tuple) else bytes(x) for x in batch]
+
+
+@contextlib.contextmanager
+def scoped_env(values: dict[str, str]) -> Iterator[None]:
+    """``values`` set in ``os.environ`` while the body runs (the peers read their endpoint and
+    cache directories from there), the old ones back after."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

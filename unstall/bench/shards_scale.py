@@ -21,16 +21,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from unstall.bench import shards_rig as rig
 from unstall.bench.harness import BenchResult, Measurement, row
 from unstall.bench.s3_rig import ProxyProcess
-from unstall.bench.shards import BATCH, LATENCIES_MS, WORKERS, _env, _images
-from unstall.bench.shards_rig import (
-    SHARD_BYTES,
-    clean_mosaic,
-    import_streaming,
-    mosaic_loader,
-    webdataset_loader,
-)
 from unstall.testing import SeaweedServer
 
 BUCKET = "unstall-shards-scale"
@@ -91,7 +84,7 @@ def build(
     tars.mkdir()
     n_tars, group, size = 0, [], 0
     for sample in samples(base, count):
-        if group and size + len(sample[1]) > SHARD_BYTES:
+        if group and size + len(sample[1]) > rig.SHARD_BYTES:
             _write_tar(tars / f"train-{n_tars:06d}.tar", group)
             _put(server, [f"{tag}-tars"], [tars / f"train-{n_tars:06d}.tar"])
             n_tars, group, size = n_tars + 1, [], 0
@@ -102,10 +95,10 @@ def build(
     n_tars += 1
     if not mds:  # the size check (2x) runs the tar loaders only
         return {"tag": tag, "samples": count, "tars": n_tars, "bytes": int(per * count)}
-    streaming = import_streaming()
+    streaming = rig.import_streaming()
     mds = tmp / f"{tag}-mds"
     columns = {"key": "str", "image": "bytes", "label": "int"}
-    with streaming.MDSWriter(out=str(mds), columns=columns, size_limit=SHARD_BYTES) as writer:
+    with streaming.MDSWriter(out=str(mds), columns=columns, size_limit=rig.SHARD_BYTES) as writer:
         for n, data, label in samples(base, count):
             writer.write({"key": f"{n:08d}", "image": data, "label": label})
     shutil.copy(mds / "index.json", tmp / f"{tag}-index.json")
@@ -118,7 +111,7 @@ def publish_index(server: SeaweedServer, data: dict[str, Any], tmp: Path) -> flo
     from unstall.data.shards import TarShards
 
     cache = tmp / f"{data['tag']}-index-cache"
-    with _env({"UNSTALL_CACHE_DIR": str(cache)}):
+    with rig.scoped_env({"UNSTALL_CACHE_DIR": str(cache)}):
         t0 = time.perf_counter()
         ds = TarShards(_tar_url(data), image=None, label=None, disk=0, **server.store_options())
         ds.publish_index()
@@ -141,10 +134,10 @@ def one_run(
     env["S3_ENDPOINT_URL"] = endpoint
     env["UNSTALL_CACHE_DIR"] = str(run_dir / "cache")  # cold: no index, copies or tier yet
     try:
-        with _env(env):
+        with rig.scoped_env(env):
             return _timed(_maker(name, server, endpoint, data, tmp, run_dir), data["samples"])
     finally:
-        clean_mosaic()
+        rig.clean_mosaic()
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
@@ -154,12 +147,14 @@ def _maker(
     tag, n_tars = data["tag"], data["tars"]
     if name == "webdataset tar":
         urls = [f"s3://{BUCKET}/{tag}-tars/train-{s:06d}.tar" for s in range(n_tars)]
-        return lambda: webdataset_loader(urls, BATCH, WORKERS, seed=0)
+        return lambda: rig.webdataset_loader(urls, rig.BATCH, rig.WORKERS, seed=0)
     if name == "mosaic mds":
         local = run / "mosaic"
         local.mkdir()
         shutil.copy(tmp / f"{tag}-index.json", local / "index.json")  # at its best (shards.py)
-        return lambda: mosaic_loader(f"s3://{BUCKET}/{tag}-mds", str(local), BATCH, WORKERS, 0)[0]
+        return lambda: rig.mosaic_loader(
+            f"s3://{BUCKET}/{tag}-mds", str(local), rig.BATCH, rig.WORKERS, 0
+        )[0]
 
     def make() -> Any:
         import unstall
@@ -171,7 +166,11 @@ def _maker(
         else:  # "indexed": the index objects beside the shards are read; else ignored
             ds = TarShards(_tar_url(data), beside_index=name.endswith("indexed"), **opts)
         return unstall.DataLoader(
-            ds, batch_size=BATCH, shuffle=True, num_workers=WORKERS, collate_fn=_images
+            ds,
+            batch_size=rig.BATCH,
+            shuffle=True,
+            num_workers=rig.WORKERS,
+            collate_fn=rig.image_bytes,
         )
 
     return make
@@ -232,10 +231,10 @@ def run(
                 f"{data['bytes'] / 1e9:.2f} GB, made in {time.perf_counter() - t0:.0f} s, "
                 f"`unstall index` {data['index_s']} s")  # fmt: skip
         for r in range(runs):
-            for ms in LATENCIES_MS:
+            for ms in rig.LATENCIES_MS:
                 with ProxyProcess(server.endpoint, ms / 1000) as endpoint:
                     for tag, data in built.items():
-                        if tag == "2x" and ms != LATENCIES_MS[0]:
+                        if tag == "2x" and ms != rig.LATENCIES_MS[0]:
                             continue  # the flatness check at one latency (time on 2 cores)
                         for name in LOADERS if tag == "1x" else SIZE_LOADERS:
                             got = one_run(name, server, endpoint, data, tmp)
@@ -307,12 +306,12 @@ def _result(
                     "exact": all(got["exact"]),
                 }
                 m = Measurement(samples=n, wall_s=got["epochs_s"][0], wait_s=0.0, compute_s=0.0,
-                                batches=-(-n // BATCH))  # fmt: skip
+                                batches=-(-n // rig.BATCH))  # fmt: skip
                 rows.append(row(f"{tag} {ms} ms", name, m, None,
                                 first_batch_s=round(got["first_batch_s"], 3),
                                 epoch2_per_s=round(e2, 1), exact=all(got["exact"])))  # fmt: skip
     goals = {}
-    for ms in map(str, LATENCIES_MS):
+    for ms in map(str, rig.LATENCIES_MS):
         one = per.get("1x", {}).get(ms)
         two = per.get("2x", {}).get(ms)
         if not one:
@@ -351,10 +350,10 @@ def _result(
             "quick": quick,
             "setup": {
                 "scale_gb": scale_gb,
-                "batch_size": BATCH,
-                "num_workers": WORKERS,
+                "batch_size": rig.BATCH,
+                "num_workers": rig.WORKERS,
                 "fetch_only": True,
-                "shard_bytes": SHARD_BYTES,
+                "shard_bytes": rig.SHARD_BYTES,
                 "runs": n_runs,
             },
         },

@@ -39,16 +39,28 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from unstall.bench import load, print_result, write_json
+    from unstall.bench.registry import MissingDependencyError, explain, require
 
     console = Console(width=None if sys.stdout.isatty() else 120)
-    module = load(args.name)
-    params = inspect.signature(module.run).parameters
-    extra = {"model": args.model} if "model" in params else {}
-    if args.repeats is not None and "repeats" in params:
-        extra["repeats"] = args.repeats
-    if "scale" in params:
-        extra.update(scale=args.scale, scale_gb=args.scale_gb)
-    result = module.run(quick=args.quick, console=console, **extra)
+    try:
+        require(args.name)
+        module = load(args.name)
+        params = inspect.signature(module.run).parameters
+        extra = {"model": args.model} if "model" in params else {}
+        if args.repeats is not None and "repeats" in params:
+            extra["repeats"] = args.repeats
+        if "scale" in params:
+            extra.update(scale=args.scale, scale_gb=args.scale_gb)
+        try:
+            result = module.run(quick=args.quick, console=console, **extra)
+        except ModuleNotFoundError as exc:  # one `NEEDS` does not list
+            raise explain(args.name, exc) from exc
+    except MissingDependencyError as exc:
+        from rich.markup import escape
+
+        err = Console(stderr=True)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        return 2
     print_result(result, console)
     if args.json:
         write_json(result, args.json)

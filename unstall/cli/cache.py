@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +37,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from unstall.cache import clear_caches, list_caches
-    from unstall.cache.capacity import format_bytes
     from unstall.cache.disk_tier import tier_dir
     from unstall.cache.shm.segment import shm_dir
 
@@ -57,49 +57,69 @@ def run(args: argparse.Namespace) -> int:
         if not removed:
             console.print("nothing to remove")
         return 0
-    from rich.table import Table
-
     from unstall.data.shards.shard_files import list_copies
 
     rows = list_caches(everyone=getattr(args, "all", False)) + list_copies()
     if not rows:
         console.print(f"no unstall cache segments in {shm_dir()} or {tier_dir()}")
         return 0
-    table = Table(title=f"unstall caches: RAM in {shm_dir()}, disk in {tier_dir()}")
-    for col in ("tier", "name", "dataset", "policy", "capacity", "used", "items", "on disk",
-                "users alive"):  # fmt: skip
-        left = col in ("tier", "name", "dataset", "policy")
-        table.add_column(col, justify="left" if left else "right", overflow="fold")
+    console.print(_table(rows, f"unstall caches: RAM in {shm_dir()}, disk in {tier_dir()}"))
+    return 0
+
+
+def _table(rows: list[dict], title: str) -> Any:
+    """The tiers as a table that fits 80 columns: a line of figures per tier, beside its name
+    (what `unstall cache clear` takes, the one column that folds) and under that, dimmed, its
+    dataset, policy and bytes on disk."""
+    from rich.table import Table
+
+    from unstall.cache.capacity import format_bytes
+
+    table = Table(title=title, box=None, pad_edge=False, title_justify="left")
+    table.add_column("tier", no_wrap=True)
+    table.add_column("name", overflow="fold", ratio=1)
+    table.add_column("used", justify="right", no_wrap=True)
+    table.add_column("of", justify="right", no_wrap=True)
+    table.add_column("items", justify="right")
+    table.add_column("users", overflow="fold", max_width=11)
     for r in rows:
         if r["tier"] == "shards":  # whole remote shards copied by a sharded dataset
-            size = format_bytes(r["file_bytes"])
             disk = format_bytes(r["file_bytes"] + r["index_bytes"])  # copies + index files
-            items = f"{r['shards']:,} shards, {r['indexes']:,} indexed"
-            table.add_row("shards", r["name"], r["location"], "-", "-", size, items, disk, "-")
+            name = f"{r['location']}\n[dim]{r['indexes']:,} indexed, {disk} on disk[/dim]"
+            items = f"{r['shards']:,} shards"
+            table.add_row("shards", name, format_bytes(r["file_bytes"]), "-", items, "-")
             continue
-        cap = r["capacity_bytes"]
+        cap, used = r["capacity_bytes"], r["used_bytes"]
+        about = f"{r['fingerprint'][:12]}, {r['policy']}"
+        if r["tier"] == "disk":
+            about += f", {format_bytes(r['file_bytes'])} on disk"
         table.add_row(
             r["tier"],
-            r["name"],
-            r["fingerprint"][:16],
-            r["policy"],
+            f"{r['name']}\n[dim]{about}[/dim]",
+            f"{format_bytes(used)} {used / max(cap, 1):.0%}",
             format_bytes(cap),
-            f"{format_bytes(r['used_bytes'])} ({r['used_bytes'] / max(cap, 1):.0%})",
-            f"{r['items_cached']:,} / {r['items']:,}",
-            format_bytes(r["file_bytes"]) if r["tier"] == "disk" else "-",
+            f"{_count(r['items_cached'])} / {_count(r['items'])}",
             ", ".join(map(str, r["users_alive"])) or _no_user(r),
         )
-    console.print(table)
-    return 0
+    return table
+
+
+def _count(n: int) -> str:
+    """An item count in at most 5 characters: ``123``, ``12,345``... ``281k``, ``1.3M``."""
+    if n < 100_000:
+        return f"{n:,}"
+    if n < 1_000_000:
+        return f"{n // 1000}k"
+    return f"{n / 1e6:.1f}M"
 
 
 def _no_user(row: dict) -> str:
     """The "users alive" cell of a tier no live process uses."""
     if row["tier"] == "disk":
-        return "none (kept for the next job)"
+        return "none (kept)"
     until = row.get("kept_until", 0)
     if until:
         import time
 
-        return f"none (kept until {time.strftime('%H:%M:%S', time.localtime(until))})"
-    return "none (left by a dead job)"
+        return f"none (kept until {time.strftime('%H:%M', time.localtime(until))})"
+    return "none (dead job)"

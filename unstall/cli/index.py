@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 
-FORMATS = ("tar", "mds", "parquet")
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from unstall.data.shards.registry import FORMATS
+
+    kinds = ", ".join(FORMATS)
     p = sub.add_parser(
         "index",
-        help="index sharded data (tar, MDS, Parquet) ahead of training; keep it beside the shards",
+        help=f"index sharded data ({kinds}) ahead of training; keep it beside the shards",
         description="Build the index of every shard under URL (a directory, an s3:// prefix, "
         "or a brace pattern such as s3://b/train-{000000..000999}.tar) and write it beside the "
         "shards (_unstall_index/), so training on any node reads no shard to index it. Shards "
@@ -26,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("url", metavar="URL", help="the shards: directory, s3:// prefix or pattern")
     p.add_argument(
-        "--format", choices=FORMATS, default=None,
+        "--format", choices=list(FORMATS), default=None,
         help="shard format (default: from the URL's suffix; mds when an index.json is named)",
     )  # fmt: skip
     p.add_argument("--endpoint", default=None, help="S3-compatible endpoint URL (http://host:port)")
@@ -43,26 +44,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def guess_format(url: str) -> str:
-    """The shard format a URL names: by suffix, else tar."""
-    text = url.rstrip("/")
-    if text.endswith((".mds", "index.json")):
-        return "mds"
-    if text.endswith(".parquet"):
-        return "parquet"
-    return "tar"
-
-
 def run(args: argparse.Namespace) -> int:
     import time
 
     from rich.console import Console
 
-    from unstall.data.shards import MDSShards, ParquetShards, TarShards
+    from unstall.data.shards.registry import FORMATS, format_for
 
     console = Console()
-    kind = args.format or guess_format(args.url)
-    cls = {"tar": TarShards, "mds": MDSShards, "parquet": ParquetShards}[kind]
+    kind = args.format or format_for(args.url)
+    cls = FORMATS[kind]
     options = {"endpoint": args.endpoint} if args.endpoint else {}
     t0 = time.perf_counter()
     try:

@@ -99,8 +99,19 @@ def describe(loader: Any, number: int) -> dict[str, Any]:
         "samples_per_s": s["samples_per_s"],
         "main_cpu_ms_per_batch": s.get("main_cpu_ms_per_batch"),
         **({"cache": cache_row(s["cache"])} if isinstance(s.get("cache"), dict) else {}),
+        **({"remote": s["remote"]} if isinstance(s.get("remote"), dict) else {}),  # issue 45
         "_dataset_id": id(loader.dataset),
     }
+
+
+def _remote_line(row: dict[str, Any]) -> str:
+    """What a loader's remote workers (``remote=``, issue 45) did, in one line."""
+    r = row["remote"]
+    return (
+        f"loader #{row['loader']}: {r['batches']} of {r['batches'] + r['local_batches']} batches "
+        f"prepared by {r['workers']} remote workers on {len(r['nodes'])} nodes "
+        f"({r['bytes'] / 2**20:,.1f} MiB moved, {r['resent']} re-sent)"
+    )
 
 
 def cache_row(c: dict[str, Any]) -> dict[str, Any]:
@@ -290,6 +301,7 @@ def render(docs: list[dict[str, Any]]) -> str:
             width=100,
         )
     )
+    out.extend(_remote_line(row) for doc in docs for row in doc["loaders"] if "remote" in row)
     if folded:
         replaced = sum(1 for d in docs for f in d.get("folded", []) if f["why"] == "replaced")
         out.append(

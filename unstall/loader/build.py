@@ -18,7 +18,7 @@ from torch.utils.data import BatchSampler, Sampler
 
 from unstall.loader import extensions
 from unstall.loader.fetch import BatchTask, FetchLayer
-from unstall.loader.handoff import SlotHandoff, SlotSampler
+from unstall.loader.handoff import SlotHandoff, SlotSampler, slots_for
 from unstall.loader.prep_plan import declared_batch_bytes, default_device_transform, plan_prep
 from unstall.loader.sampling import OrderSpec, PlanSampler, UserBatchSampler
 from unstall.loader.settings import LoaderSettings
@@ -43,6 +43,7 @@ class Machinery:
     torch_loader: Any
     stats_sources: list[Callable[[], dict[str, Any]]]
     coordination: extensions.Member | None = None  # issue 18: unstall.coordination
+    remote: extensions.Remote | None = None  # issue 45: unstall.remote
 
 
 def build_machinery(owner: Any, dataset: Any, s: LoaderSettings) -> Machinery:
@@ -122,13 +123,18 @@ def build_machinery(owner: Any, dataset: Any, s: LoaderSettings) -> Machinery:
     )
     handoff: SlotHandoff | None = None
     torch_sampler: Sampler = plan
+    remote: extensions.Remote | None = None
+    if s.remote:  # issue 45: local workers take the plan's batches first, actors the rest
+        remote = extensions.get("remote")(s.remote, task)
+        weakref.finalize(owner, remote.close)
+        torch_sampler = remote.split(plan)
     if zero_copy:
-        depth = (s.prefetch_factor or 2) * num_workers + 4
+        depth = slots_for(num_workers, s.prefetch_factor)
         cuda = device is not None and device.type == "cuda"
         declared = declared_batch_bytes(dataset, batch_size, prep)
         handoff = SlotHandoff(depth, batch_bytes=declared, cuda_register=cuda)
         weakref.finalize(owner, handoff.close)
-        torch_sampler = SlotSampler(plan, handoff)
+        torch_sampler = SlotSampler(torch_sampler, handoff)
     device_transform = s.device_transform
     if device_transform is None and device is not None:
         device_transform = default_device_transform(dataset, prep)
@@ -168,8 +174,9 @@ def build_machinery(owner: Any, dataset: Any, s: LoaderSettings) -> Machinery:
         device_transform=device_transform,
         worker_seeds=worker_seeds,
         torch_loader=inner,
-        stats_sources=sources + ([coordination.stats] if coordination is not None else []),
+        stats_sources=sources + [part.stats for part in (coordination, remote) if part is not None],
         coordination=coordination,
+        remote=remote,
     )
 
 

@@ -18,15 +18,14 @@ from typing import Any, TypeVar
 
 import torch
 import torch.utils.data
-from torch.utils.data import Sampler
+from torch.utils.data import IterableDataset, Sampler
 
 from unstall.loader import hooks
 from unstall.loader.autotune import take_auto
 from unstall.loader.build import build_machinery
-from unstall.loader.device import DeviceStage
-from unstall.loader.iterate import EpochIterator, PassthroughIterator
+from unstall.loader.epoch_start import EpochStarter, passthrough_epoch
 from unstall.loader.position import EpochPosition, check_state
-from unstall.loader.sampling import OrderView, worker_base_seed
+from unstall.loader.sampling import OrderView
 from unstall.loader.settings import (
     LoaderSettings,
     check_passthrough,
@@ -35,7 +34,6 @@ from unstall.loader.settings import (
 )
 from unstall.loader.stats import CpuMeter, LoaderStats
 from unstall.loader.torch_class import TorchDataLoader
-from unstall.loader.worker_death import owning_workers, start_workers
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -78,6 +76,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         coordinate: a group name (or True: named from the dataset's fingerprint).
             Loaders on this node in the same group prepare each batch once and share
             it through shared memory (see docs/guide/sweeps.md).
+        remote: an `unstall.Remote`: Ray actors on other machines prepare the batches local
+            workers cannot, with the same order and draws (docs/guide/remote.md).
         num_workers, prefetch_factor: as torch's, or ``"auto"``: the loader starts small
             and changes its pool between batches while it runs (`unstall.loader.autotune`;
             ``stats()["autotune"]`` says what it chose and why).
@@ -119,17 +119,14 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         prep: str | None = None,
         zero_copy: bool | None = None,
         coordinate: str | bool | None = None,
+        remote: Any = None,
         watchdog_s: float | None = None,
     ):
-        a = dict(locals())
-        for name in ("self", "dataset", "__class__"):
-            a.pop(name, None)
+        a = {k: v for k, v in dict(locals()).items() if k not in ("self", "dataset", "__class__")}
         hooks.first_loader()  # `unstall run` / analyze start watching a script's own loaders
         a.update(config_overrides())
         self.watchdog_s = a.pop("watchdog_s")  # read by each epoch's watchdog (None: default)
-        iterable = isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(
-            dataset, "__len__"
-        )
+        iterable = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__")
         self._autotune = take_auto(a, map_style=not iterable)  # "auto" -> starting values
         # torch checks the options and sets the attributes it exposes, exactly as its own.
         shadow = TorchDataLoader(dataset, **torch_arguments(a, dataset))
@@ -143,7 +140,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._passthrough = iterable
         if self._autotune is not None:
             weakref.finalize(self, self._autotune.close)
-            self._autotune.enabled = not a["coordinate"]  # a group's pool stays as it started
+            self._autotune.enabled = not (a["coordinate"] or a["remote"])  # pool stays as started
         if self._passthrough:
             self._fetch_layer = None
             if a["cache"] is not None and a["cache"] is not False:  # issue 40: files cached
@@ -173,8 +170,18 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self._gpu_prep = m.gpu_prep
             self._device_transform = m.device_transform
             self._worker_seeds = m.worker_seeds
-            self._coordination = m.coordination  # issue 18: see unstall/coordination
+            self._coordination, self._remote = m.coordination, m.remote  # issues 18, 45
             self._inner = m.torch_loader
+            me = weakref.ref(self)  # the starter holds no loader: no reference cycle
+            self._starter = EpochStarter(
+                self,
+                m,
+                self._position,
+                lambda: me()._stats,
+                self._main_cpu,
+                lambda: me()._source_stats(),
+                self._autotune,
+            )
             if self.order is not None and self.order.rule == "seeded":  # shows the known order
                 self.sampler = OrderView(self)
                 self.batch_sampler = (
@@ -237,71 +244,55 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             override = hooks.iterate_override(self)
             if override is not None:
                 return override
-        previous = self._current() if self._current is not None else None
-        if previous is not None:  # replaced: its epoch ends here (it may still be used on)
-            previous.end_epoch()
-        it = self._new_iterator()
+        if self._passthrough:
+            self._end_previous()
+            it = passthrough_epoch(self, self._inner, self._stats)
+            self._current = weakref.ref(it)
+            return it
+        return self.start_epoch()
+
+    def start_epoch(
+        self,
+        epoch: int | None = None,
+        start: int | None = None,
+        *,
+        workers: int | None = None,
+        prefetch: int | None = None,
+        continues: Any = None,
+    ) -> Any:
+        """Start an epoch at a position: the one way a map-style loader's workers start.
+
+        ``iter(loader)`` is ``start_epoch()``: the epoch and batch the loader's `position`
+        names (a loaded state's draws replayed), on a new iterator that replaces the last.
+
+        Args:
+            epoch, start: start at batch ``start`` of ``epoch`` instead (the position moves
+                there: e.g. a process that makes part of an epoch).
+            workers, prefetch: a pool of ``workers`` x ``prefetch`` tasks in flight from
+                now on (default: as it is).
+            continues: an iterator of this loader whose epoch goes on from its next batch
+                on the new workers (the autotuner's pool change; its own draws and workers'
+                base seed are kept; ``epoch``/``start`` are its own).
+
+        Returns:
+            The epoch's iterator (``continues`` itself, or a new one).
+        """
+        self._need_map_style("start_epoch")
+        if continues is not None:
+            return self._starter.carry_on(continues, workers=workers, prefetch=prefetch)
+        if epoch is not None and epoch != self._position.epoch:
+            self._position.set_epoch(epoch)
+        if start is not None and start != self._position.start:
+            self._position.start, self._position.loaded = start, None  # no loaded draw there
+        self._end_previous()
+        it = self._starter.start(workers=workers, prefetch=prefetch)
         self._current = weakref.ref(it)
         return it
 
-    def _new_iterator(self) -> Any:
-        if self._passthrough:
-            asked = self._inner._IterableDataset_len_called  # torch warns past a length asked
-            try:  # an iterable dataset with __len__ has a length (torch's estimate)
-                length: int | None = len(self._inner)
-            except TypeError:
-                length = None
-            self._inner._IterableDataset_len_called = asked  # only the user's len() counts
-            raw = start_workers(self._inner)
-            return owning_workers(PassthroughIterator(self, raw, self._stats, length), raw, self)
-        self.order_spec(need_length=False)  # a dataset still indexing shards: -1, it streams
-        begun = self._position.begin()
-        cursor, loaded = begun.cursor, begun.loaded
-        if begun.draw_tail:  # the cut run stopped before its epoch's last pull
-            self._sampler.draw_tail()  # type: ignore[union-attr]
-        self._sampler.configure(
-            cursor.epoch,
-            cursor.handed,
-            forward_epoch=begun.forward_epoch,
-            draw=loaded["draw"] if loaded else None,
-            tail_done=bool(loaded and loaded["tail_done"]),
-        )
-        stats = self._stats
-        if self._handoff is not None:
-            self._handoff.begin_epoch()
-        begin = getattr(self._fetch_layer, "begin_epoch", None)
-        if begin is not None:  # e.g. a cache partitioned across nodes: failed peers rejoin
-            begin()
-        if self._worker_seeds is not None:
-            base = worker_base_seed(seed=self.seed, epoch=cursor.epoch, rank=self.rank)
-            self._worker_seeds.manual_seed(base)
-        length = None if getattr(self.order, "num_samples", 0) < 0 else len(self._sampler)
-        # the workers prefetch from now on; they stop when the epoch's iterator goes, even
-        # in a garbage collection (`owning_workers`)
-        torch_iter = raw = start_workers(self._inner, loaded)
-        self._position.base_seed = getattr(torch_iter, "_base_seed", None)
-        if self._coordination is not None:  # issue 18: map the group's published batches
-            torch_iter = self._coordination.receive(torch_iter, cursor.epoch, cursor.handed)
-        stage = None
-        if self.device is not None:  # batches go to the device one ahead
-            transform, prep = self._device_transform, self._gpu_prep
-            stage = DeviceStage(self.device, transform, prep=prep, timed=stats.add_stage)
-        it = EpochIterator(
-            self,
-            torch_iter,
-            length,
-            cursor,
-            stats,
-            handoff=self._handoff,
-            unpack_inline=self._unpack,
-            cpu=self._main_cpu,
-            on_epoch_end=lambda: stats.close_epoch(cursor.epoch, self._source_stats()),
-            stage=stage,
-            tuner=self._autotune,
-        )
-        if self._autotune is not None:
-            self._autotune.attach(self, it, raw)
-        return owning_workers(it, raw, self)
+    def _end_previous(self) -> None:
+        previous = self._current() if self._current is not None else None
+        if previous is not None:  # replaced: its epoch ends here (it may still be used on)
+            previous.end_epoch()
 
     def close(self) -> None:
         """Free the loader's shared-memory slots now (also done when it is collected); a
@@ -311,8 +302,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         files, layer = sys.modules.get("unstall.cache.files"), getattr(self, "_fetch_layer", None)
         if files is not None and isinstance(layer, files.FileCache):  # loaded only where used
             layer.close()
-        if getattr(self, "_coordination", None) is not None:  # issue 18: leave the group
-            self._coordination.close()
+        for part in (getattr(self, "_coordination", None), getattr(self, "_remote", None)):
+            if part is not None:  # issue 18: leave the group; 45: stop the remote workers
+                part.close()
         if getattr(self, "_autotune", None) is not None:
             self._autotune.close()
 

@@ -2,9 +2,10 @@
 
 The loader builds its machinery without importing the layers above it: a plug-in module
 registers the factory serving an option here when it is imported, and the loader imports
-the module named for an option only when a loader asks for that option. Two are served:
-``coordinate=`` (`unstall.coordination.plugin`: the group a loader joins) and the GPU
-stage of ``prep=`` (`unstall.gpu.plugin`: its parts for the workers and the device).
+the module named for an option only when a loader asks for that option. Three are served:
+``coordinate=`` (`unstall.coordination.plugin`: the group a loader joins), the GPU
+stage of ``prep=`` (`unstall.gpu.plugin`: its parts for the workers and the device) and
+``remote=`` (`unstall.remote.plugin`: workers on other machines, a `Remote` served).
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from typing import Any, Protocol
 
 _factories: dict[str, Callable[..., Any]] = {}
 #: The module that registers each option's factory when it is imported.
-PROVIDERS = {"coordinate": "unstall.coordination.plugin", "prep": "unstall.gpu.plugin"}
+PROVIDERS = {
+    "coordinate": "unstall.coordination.plugin",
+    "prep": "unstall.gpu.plugin",
+    "remote": "unstall.remote.plugin",
+}
 
 
 class Member(Protocol):
@@ -35,6 +40,22 @@ class Member(Protocol):
 
     def close(self) -> None:
         """Leave (called when the loader closes or is collected)."""
+
+
+class Remote(Protocol):
+    """What ``"remote"``'s factory, ``(remote, task)``, returns."""
+
+    def split(self, sampler: Any) -> Any:
+        """The sampler torch's workers iterate in place of ``sampler`` (the plan)."""
+
+    def receive(self, torch_iter: Iterator[Any], epoch: int, start: int) -> Iterator[Any]:
+        """The epoch's ``(batch, timing)`` pairs, local and remote, in the plan's order."""
+
+    def stats(self) -> dict[str, Any]:
+        """Sections merged into `DataLoader.stats`."""
+
+    def close(self) -> None:
+        """Stop the remote workers (called when the loader closes or is collected)."""
 
 
 #: ``"prep"``'s factory: ``(dataset, pipeline, device, prep, batch_size, num_workers)`` ->

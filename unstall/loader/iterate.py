@@ -144,6 +144,8 @@ class EpochIterator(_Timed):
         stage: the device stage, or None (host batches).
         tuner: ``num_workers="auto"``'s tuner (`unstall.loader.autotune`): told of each
             batch, it may change the pool before the next pull; or None.
+        workers_iter: torch's iterator whose workers make the batches (``torch_iter``
+            may wrap it, e.g. a coordination group's); default ``torch_iter``.
     """
 
     def __init__(
@@ -160,8 +162,10 @@ class EpochIterator(_Timed):
         on_epoch_end: Callable[[], None],
         stage: DeviceStage | None = None,
         tuner: Any = None,
+        workers_iter: Any = None,
     ):
         super().__init__(loader, torch_iter, stats, length, on_epoch_end)
+        self.workers_iter = torch_iter if workers_iter is None else workers_iter
         self._tuner = tuner
         self._last_timing: Any = None  # the last pulled batch's worker timing (for the tuner)
         self._cursor = cursor
@@ -178,6 +182,24 @@ class EpochIterator(_Timed):
 
     def __len__(self) -> int:
         return self._length or 0
+
+    @property
+    def cursor(self) -> Cursor:
+        """The epoch and the batches handed out (its start included)."""
+        return self._cursor
+
+    @property
+    def pulled(self) -> int:
+        """Batches of the epoch taken from the workers (handed out, or held ahead)."""
+        return self._cursor.handed + (1 if self._ahead is not None else 0)
+
+    def has_more(self) -> bool:
+        """Whether batches are left for the workers to make."""
+        return not (self._done or self._pulled_all) and self.pulled < (self._length or 0)
+
+    def run_on(self, torch_iter: Any, workers_iter: Any) -> None:
+        """Pull the rest of the epoch from ``torch_iter`` (new workers: a pool change)."""
+        self._torch_iter, self.workers_iter = torch_iter, workers_iter
 
     def __next__(self) -> Any:
         if self._done:

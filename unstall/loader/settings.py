@@ -34,6 +34,7 @@ EXTRAS = (
     "prep",
     "zero_copy",
     "coordinate",
+    "remote",
 )
 #: Values ``prep`` takes (None: chosen by device and dataset).
 PREPS = ("auto", "cpu", "gpu", "hybrid")
@@ -49,6 +50,7 @@ _SETTABLE = (
     "seed",
     "cache",
     "coordinate",
+    "remote",
 )
 
 
@@ -87,6 +89,7 @@ class LoaderSettings:
     prep: str | None
     zero_copy: bool
     coordinate: str | bool | None
+    remote: Any = None  # issue 45: an `unstall.Remote` (or its dict), served by unstall.remote
 
     @property
     def unbatched(self) -> bool:
@@ -101,7 +104,12 @@ class LoaderSettings:
         # a dataset with its own epoch order (shards) draws its seed as torch would
         unstall_order = unstall_order or callable(getattr(dataset, "epoch_order", None))
         seed = None  # torch's order and draws (position.py)
-        if unstall_order or a["coordinate"]:
+        if a.get("remote") and a["coordinate"]:
+            raise ValueError(
+                f"remote= and coordinate={a['coordinate']!r} cannot be combined: a group shares "
+                "batches on one node; pass one of them"
+            )
+        if unstall_order or a["coordinate"] or a.get("remote"):  # remote: draws by batch key
             seed = resolve_seed(a["seed"], a["generator"], world_size)
         device = resolve_device(a["device"])
         transform = a["device_transform"]

@@ -151,3 +151,15 @@ def _shutdown(pid: int, torch_iter: Any) -> None:
     if os.getpid() == pid:
         torch_iter._unstall_stopper = None  # no cycle: the iterator goes by refcount now
         torch_iter._shutdown_workers()
+
+
+def stop_workers(torch_iter: Any) -> None:
+    """Shut ``torch_iter``'s workers down now (a pool change), its finalizer detached.
+
+    torch forgets their pids first: their exits raise nothing in the loop.
+    """
+    stopper = getattr(torch_iter, "_unstall_stopper", None)
+    if stopper is not None:
+        stopper.detach()
+        torch_iter._unstall_stopper = None
+    torch_iter._shutdown_workers()

@@ -1,18 +1,16 @@
 """``num_workers="auto"`` priced for this job: where the autotuner would settle, and what the
 batches it spends getting there cost.
 
-The loader's tuner (`unstall.loader.autotune`) is not re-implemented here: its own rule
-(`decide`) is asked, window after window, about the windows the model predicts this job
+The loader's tuner (`unstall.loader.autotune`) is not re-implemented here: its own walk
+(`policy.step`: the rule, the judging of each change, the shrink's second window, the
+window lengths) is fed, window after window, the windows the model predicts this job
 would show at each pool size (the loop's wait, the workers' task, CPU and run-queue
 time), under the budget its resources would give it on this machine (the cores less the
 training process's busy cores, shared between the ranks on the node, grown only into
 idle cores). The walk starts where the tuner starts (`START_WORKERS`, within the ranks'
-share), judges its first pool on a window of `FIRST_WINDOW_S` and each later one on the
-windows the controller gives it (twice `WINDOW_S` after a change, as the window that
-judges it), follows each decision, undoes a grow that pays neither way the controller
-accepts (its first window after the change neither raises the predicted rate by `GAIN`
-nor halves the loop's wait, which is above `PAID_WAIT`), and stops where the rule asks
-for nothing more.
+share), follows each decision (a change the next window shows did not pay is undone, as
+the tuner undoes it), and stops where the walk asks for nothing more, or where it would
+go back to a count it left (it would alternate: priced at the slower of the two).
 
 The price is the rate over a run as long as the measured window (what ``--verify``
 measures): the settled pool's predicted rate, less the time the smaller pools spent on
@@ -29,23 +27,23 @@ from typing import Any
 
 from unstall.analysis.model.predict import Config, Prediction, fetch_seconds_per_batch, predict
 from unstall.analysis.rates.result import Rates
-from unstall.loader.autotune import AUTO, Budget, Window, decide
-from unstall.loader.autotune.controller import (
-    FIRST_WINDOW_S,
+from unstall.loader.autotune import AUTO, Budget, Window, policy
+from unstall.loader.autotune.policy import (
     GAIN,
+    GROW_UNDONE,
     START_WORKERS,
-    WARMUP_ROUNDS,
     WINDOW_BATCHES,
     WINDOW_S,
+    undoes,
+    warmup_batches,
 )
 from unstall.loader.autotune.resources import cores_left, training_cores
-from unstall.loader.autotune.rule import JUDGE_SCALE, PAID_WAIT
 
 #: ``"auto"`` is recommended when its price is within this share of the best fixed setting's
 #: prediction and a fixed count is fragile on this job (`fragile`).
 MARGIN = 0.05
-#: The most decisions the walk follows (the tuner settles in a few).
-MAX_STEPS = 32
+#: The most windows the walk follows (the tuner settles in a few).
+MAX_WINDOWS = 64
 #: Caps of the model that mean the workers are the bottleneck (they never sit idle then).
 WORKER_CAPS = ("prep", "workers", "cores")
 
@@ -61,6 +59,8 @@ class Settling:
         lost_s: seconds those batches and the remade prefetched ones cost against the
             settled pool's rate.
         undone: why the walk ended on an undone change (None: the rule asked for nothing).
+        whys: why each change of ``path`` (and each undone one) was asked.
+        walk: every count the tuner runs in order, undone changes included.
     """
 
     path: list[int]
@@ -70,6 +70,7 @@ class Settling:
     lost_s: float
     undone: str | None = None
     whys: list[str] = field(default_factory=list)
+    walk: list[int] = field(default_factory=list)
 
 
 def window_at(rates: Rates, config: Config, *, prefetch: int, seconds: float = WINDOW_S) -> Window:
@@ -132,56 +133,53 @@ def settle(
     start = max(1, min(START_WORKERS, node_cores, node_cores // r or 1))
     at = lambda n: replace(base, workers=n)  # noqa: E731
     path, batches, whys = [start], [], []
-    lost_batches: list[tuple[int, int]] = []  # (pool, batches) spent before the last change
+    lost_batches: list[tuple[int, int]] = []  # (pool, batches) spent before each change
     remade = 0  # prefetched batches dropped by the changes
-    ceiling, undone = 1 << 16, None
-    n, seconds = start, FIRST_WINDOW_S  # the tuner's first window is short
-    long_s = JUDGE_SCALE * WINDOW_S
-    for _ in range(MAX_STEPS):
-        w = window_at(rates, at(n), prefetch=prefetch, seconds=seconds)
+    undone = None
+    n, walk, now, visited = start, policy.State(), 0.0, [start]
+    spent = warm = warmup_batches(n, prefetch)  # pool n's batches, its unjudged ones first
+    for _ in range(MAX_WINDOWS):
+        w = next_window(rates, at(n), prefetch, walk)
+        now += w.wall_s + (warm / w.rate if w.rate > 0 else 0.0)
+        spent, warm = spent + w.batches, 0
         budget = budget_at(rates, at(n), node_cores=node_cores, ranks=r, others=others)
-        d = decide(w, budget, tune_workers=True, tune_prefetch=False, ceiling=ceiling)
-        if d is None or d.workers == n:
+        d, walk = policy.step(walk, w, budget, now=now, tune_workers=True, tune_prefetch=False)
+        if d is None:
+            if walk.shrink_votes:  # a shrink waits for its second window
+                continue
             break
-        if d.workers in path:
+        if undoes(d):  # the window judging the change to n: it did not pay
+            path.pop()
+            batches.pop()
+            undone = (
+                f"a grow to {n} would neither raise the rate {GAIN:g}x nor halve the loop's "
+                "wait: undone"
+                if d.why == GROW_UNDONE
+                else f"a shrink to {n} would make the loop wait: undone"
+            )
+        elif d.workers in path:
             # the rule would go back to a count it left: it alternates between the two
             # (its budget moves with the rate); priced at the slower of them
             slower = min((n, d.workers), key=lambda k: predict(rates, at(k)).samples_per_s)
             undone = f"alternates between {min(n, d.workers)} and {max(n, d.workers)} workers"
             whys.append(d.why)
             if slower != n:
-                lost_batches.append((n, WARMUP_ROUNDS * n * prefetch + w.batches))
-                batches.append(lost_batches[-1][1])
+                lost_batches.append((n, spent))
+                batches.append(spent)
                 remade += n * prefetch
                 n = slower
                 path.append(n)
+                visited.append(n)
             break
-        if d.why == "workers idle":  # a shrink needs two windows in a row that ask for it
-            w2 = window_at(rates, at(n), prefetch=prefetch, seconds=long_s)
-            w = replace(w, batches=w.batches + w2.batches)
-        spent = WARMUP_ROUNDS * n * prefetch + w.batches
-        new = predict(rates, at(d.workers)).samples_per_s
-        old = predict(rates, at(n)).samples_per_s
-        judge = window_at(rates, at(d.workers), prefetch=prefetch, seconds=long_s)
-        paid = new >= old * GAIN or judge.wait <= w.wait / 2 or judge.wait <= PAID_WAIT
-        if d.workers > n and not paid:
-            # the tuner's first window after the grow shows it did not pay: undone, bounded
-            lost_batches += [(n, spent), (d.workers, WARMUP_ROUNDS * d.workers * prefetch)]
-            lost_batches[-1] = (d.workers, lost_batches[-1][1] + judge.batches)
-            remade += n * prefetch + d.workers * prefetch
-            undone = (
-                f"a grow to {d.workers} would neither raise the rate {GAIN:g}x nor halve "
-                "the loop's wait: undone"
-            )
-            ceiling, seconds = n, WINDOW_S  # the pool it went back to: a plain window
+        else:
+            path.append(d.workers)
+            batches.append(spent)
             whys.append(d.why)
-            continue
         lost_batches.append((n, spent))
-        batches.append(spent)
         remade += n * prefetch
-        whys.append(d.why)
-        n, seconds = d.workers, long_s  # the window that judges the change decides next
-        path.append(n)
+        n = d.workers
+        visited.append(n)
+        spent = warm = warmup_batches(n, prefetch)
     final = predict(rates, at(n))
     rate = max(final.samples_per_s, 1e-9)
     b = base.batch_size
@@ -190,7 +188,17 @@ def settle(
         for m, k in lost_batches
     )
     lost += remade * b / rate  # the dropped prefetched batches are made again
-    return Settling(path, batches, n, final, max(0.0, lost), undone, whys)
+    return Settling(path, batches, n, final, max(0.0, lost), undone, whys, visited)
+
+
+def next_window(rates: Rates, config: Config, prefetch: int, walk: policy.State) -> Window:
+    """The window the tuner would close next on ``config``'s pool (its length: the walk's
+    for the loop's wait there)."""
+    w = window_at(rates, config, prefetch=prefetch, seconds=walk.window_s(0.0))
+    seconds = walk.window_s(w.wait)
+    if seconds == walk.window_s(0.0):
+        return w
+    return window_at(rates, config, prefetch=prefetch, seconds=seconds)
 
 
 def price(s: Settling, horizon_s: float) -> float:
@@ -282,6 +290,9 @@ def auto_row(
     predicted = price(s, horizon_s)
     best = replace(at, workers=int(rec["kwargs"]["num_workers"]))
     fixed = predict(rates, best).samples_per_s
+    # model against model (the job as it is, the best fixed setting); never below the
+    # job as measured, as for any recommendation
+    current = predict(rates, base).samples_per_s
     reasons = fragile(
         base,
         rates,
@@ -291,9 +302,6 @@ def auto_row(
         ranks=ranks,
         others=others,
     )
-    # model against model (the job as it is, the best fixed setting); never below the
-    # job as measured, as for any recommendation
-    current = predict(rates, base).samples_per_s
     close = predicted >= (1 - MARGIN) * max(fixed, current)
     recommended = bool(reasons) and close and round(predicted, 1) >= round(measured, 1)
     if recommended:

@@ -22,6 +22,12 @@ SCRIPT_KEYS = (
 )
 
 
+def cores(n: float) -> str:
+    """A count of cores, a share of them measured (``0.696204``), as a sentence says it:
+    to one decimal, whole counts bare (``0.7``, ``2``, ``15.5``)."""
+    return f"{round(n, 1):g}"
+
+
 def sentence(a: Analysis) -> str:
     """The bottleneck in one plain sentence, from the measured rates."""
     d = a.derived
@@ -39,7 +45,7 @@ def sentence(a: Analysis) -> str:
         cap = f"{p:,.0f} samples/s" if p is not None else "a rate not measured"
         return (
             f"Prep-bound: the model waits {s['prep']:.0%} of the time for workers to decode and "
-            f"augment ({cap} from {a.base_config.workers} workers on {d.rates.cores:g} cores; "
+            f"augment ({cap} from {a.base_config.workers} workers on {cores(d.rates.cores)} cores; "
             f"{measured:,.0f}/s delivered, {g:,.0f}/s needed)."
         )
     f = f"{a.fetch_rate:,.0f} samples/s fetched" if "fetch" not in d.unknown else "fetch rate"

@@ -18,27 +18,28 @@ epoch 0 streams window by window meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
 from unstall.data.shards import growing, order, report, survey
-from unstall.data.shards.index import ShardInfo, ShardTable
+from unstall.data.shards.format import ShardFormat
+from unstall.data.shards.index import ShardInfo
 from unstall.data.shards.location import Location
 from unstall.data.shards.ranges import fetch_ranges
 from unstall.data.shards.shard_files import ShardFiles
 from unstall.data.shards.urls import resolve
 from unstall.errors import EmptyDatasetError, SampleError
 
-IMAGE_FIELDS = "jpg;jpeg;png;webp;image;img"
 
-
-class ShardDataset(torch.utils.data.Dataset):
-    """Base of the sharded datasets; subclasses index one shard format.
+class ShardDataset(torch.utils.data.Dataset, ShardFormat):
+    """Base of the sharded datasets; each subclass is one shard format (`ShardFormat`'s
+    hooks, listed in `registry.FORMATS`).
 
     Args:
         source: shards: a brace pattern (``s3://b/train-{000..099}.tar``), a list of
@@ -64,13 +65,6 @@ class ShardDataset(torch.utils.data.Dataset):
             coalesced range GETs. Ignored for local shards.
         store_options: for ``s3://``: ``endpoint``, ``region``, ``config``, ...
     """
-
-    kind = "shards"
-    #: a format whose shards are indexed as they land (tar: the index needs the whole shard)
-    lazy_index = False
-    suffixes: tuple[str, ...] = ()
-    default_image: str | None = IMAGE_FIELDS
-    default_label: str | None = "cls"
 
     def __init__(
         self,
@@ -110,20 +104,27 @@ class ShardDataset(torch.utils.data.Dataset):
         #: tar shards not indexed yet, kept on local disk, epoch 0 in windows: each is indexed
         #: as it lands, in the background; the first batch waits for the first shard only
         self._defer = self.lazy_index and self.first_window and auto
-        infos, tables = self._tables(infos)
+        infos, tables = self.shard_tables(
+            infos, lambda chosen: survey.gather(self, chosen, defer=self._defer)
+        )
         self.location.listed = {}  # the whole listing: not carried into workers
         self._growth = growing.Growth(self, infos, tables)
         self._growth.start()
         if self.length_known and len(self.index) == 0:
             raise EmptyDatasetError(f"the shards under {self.location.url!r} hold no samples")
-        self._check_fields()
+        self.check_fields()
         self._set_spans()
 
     def _set_spans(self) -> None:
         #: Raw bytes of a sample: its whole span, or (``direct``) only its image, with the
-        #: label from the index: no copy in ``prepare``, fewer bytes read (`_direct_spans`).
-        self.spans, self.direct_labels = self._direct_spans()
+        #: label from the index: no copy in ``prepare``, fewer bytes read (`direct_spans`).
+        self.spans, self.direct_labels = self.direct_spans()
         self.direct = self.direct_labels is not None
+
+    def index_grew(self) -> None:
+        """The index covers more shards now (`growing`): what was derived from it again."""
+        self.__dict__.pop("_versions", None)
+        self._set_spans()
 
     @property
     def length_known(self) -> bool:
@@ -147,16 +148,7 @@ class ShardDataset(torch.utils.data.Dataset):
             if index >= len(self.index):
                 self.complete()
 
-    def _direct_spans(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """(span per sample, labels) when a format can read the image alone, else
-        (the whole spans, None)."""
-        return self.index.spans, None
-
     # Index ------------------------------------------------------------------------------
-    def _tables(self, infos: list[ShardInfo]) -> tuple[list[ShardInfo], list[ShardTable]]:
-        """The shards and each one's table: stored ones reused, the others built (`_build`)."""
-        return infos, survey.gather(self, infos)
-
     def publish_index(self) -> int:
         """Write each shard's index beside the shards (``_unstall_index/<format>/``), so other
         nodes and later runs read no shard to index it (`unstall index URL`); returns the
@@ -164,17 +156,7 @@ class ShardDataset(torch.utils.data.Dataset):
         self.complete()
         return survey.publish(self)
 
-    def _build(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
-        """Index these shards (not indexed yet, or changed since); a format may save each
-        table in ``directory`` as it completes (`index.save`)."""
-        raise NotImplementedError
-
-    def _on_landing(self, infos: list[ShardInfo], directory: str) -> Any:
-        """``then(path, key)`` for a background download of these shards: index each as it
-        lands (a format whose index needs the whole shard), or None."""
-        return None
-
-    def _check_fields(self) -> None:
+    def check_fields(self) -> None:
         """Fail at construction, naming the fields there are, when image or label is absent."""
         have = set(self.index.fields)
         if not have:
@@ -266,87 +248,73 @@ class ShardDataset(torch.utils.data.Dataset):
             self._cover(int(max(indices)))
             self._growth.prefetch(indices)
 
-    def fields(self, index: int, raw: bytes) -> dict[str, Any]:
-        """Sample ``index``'s fields by name, from its raw bytes."""
-        raise NotImplementedError
-
-    def _wanted(self, index: int, raw: bytes) -> dict[str, Any]:
-        """The fields ``prepare`` needs (image and label) by name; a format may skip the rest."""
-        return self.fields(index, raw)
-
     def prepare(self, index: int, raw: bytes) -> Any:
         """``(transform(image), label)``, ``transform(image)``, or the dict of fields."""
         if self.direct:  # raw is the image itself; the label was read into the index
             label = int(self.direct_labels[index])  # type: ignore[index]
             if label == -2:  # `tar.NO_IMAGE`: a shard indexed after the choice lacks one
-                raise SampleError(
-                    f"sample {index} ({self.key(index)}) has no field {self.image!r}",
-                    index=index,
-                    key=self.key(index),
-                )
+                raise self._error(index, f" has no field {self.image!r}")
             x = self._transform(index, raw)
             if self.label is None:
                 return x
             if label < 0:
-                raise SampleError(
-                    f"sample {index} ({self.key(index)}): its {self.label!r} field is missing "
-                    "or not a non-negative integer",
-                    index=index,
-                    key=self.key(index),
+                raise self._error(
+                    index, f": its {self.label!r} field is missing or not a non-negative integer"
                 )
             return x, label
-        try:
-            fields = self.fields(index, raw) if self.image is None else self._wanted(index, raw)
-        except SampleError:
-            raise
-        except Exception as exc:
-            raise SampleError(
-                f"cannot read sample {index} ({self.key(index)}): {type(exc).__name__}: {exc}",
-                index=index,
-                key=self.key(index),
-            ) from exc
+        with self._failing(index, "cannot read", keep=(SampleError,)):
+            fields = (
+                self.fields(index, raw) if self.image is None else self.wanted_fields(index, raw)
+            )
         if self.image is None:
             return self._transform(index, fields)
-        x = self._pick(index, fields, self.image)
-        x = self._transform(index, x)
+        x = self._transform(index, self._pick(index, fields, self.image))
         if self.label is None:
             return x
         value = self._pick(index, fields, self.label)
         try:
             label = int(value if not isinstance(value, (bytes, memoryview)) else bytes(value))
         except (TypeError, ValueError) as exc:
-            raise SampleError(
-                f"sample {index} ({self.key(index)}): label field {self.label!r} holds "
-                f"{bytes(value)[:40]!r}, not an integer"
+            raise self._error(
+                index,
+                f": label field {self.label!r} holds {bytes(value)[:40]!r}, not an integer"
                 if isinstance(value, (bytes, memoryview))
-                else f"sample {index} ({self.key(index)}): label {value!r} is not an integer",
-                index=index,
-                key=self.key(index),
+                else f": label {value!r} is not an integer",
             ) from exc
         return x, label
+
+    def _error(self, index: int, what: str, *, verb: str = "") -> SampleError:
+        """The `SampleError` of sample ``index``: ``"[verb ]sample I (KEY)<what>"``, with its
+        index and key."""
+        key = self.key(index)
+        lead = f"{verb} sample" if verb else "sample"
+        return SampleError(f"{lead} {index} ({key}){what}", index=index, key=key)
+
+    @contextlib.contextmanager
+    def _failing(
+        self, index: int, verb: str, *, keep: tuple[type[Exception], ...] = ()
+    ) -> Iterator[None]:
+        """A failure of the body becomes sample ``index``'s `SampleError` (``"<verb> sample I
+        (KEY): Type: message"``); the ``keep`` kinds pass through as they are."""
+        try:
+            yield
+        except keep:
+            raise
+        except Exception as exc:
+            raise self._error(index, f": {type(exc).__name__}: {exc}", verb=verb) from exc
 
     def _pick(self, index: int, fields: dict[str, Any], names: str) -> Any:
         for name in names.split(";"):
             if name in fields:
                 return fields[name]
-        raise SampleError(
-            f"sample {index} ({self.key(index)}) has no field {names!r}; it has "
-            f"{', '.join(sorted(fields)) or 'none'}",
-            index=index,
-            key=self.key(index),
-        )
+        have = ", ".join(sorted(fields)) or "none"
+        raise self._error(index, f" has no field {names!r}; it has {have}")
 
     def _transform(self, index: int, x: Any) -> Any:
         if self.transform is None:
             return x
-        try:
+        with self._failing(index, "cannot prepare"):
             return self.transform(x)
-        except Exception as exc:
-            raise SampleError(
-                f"cannot prepare sample {index} ({self.key(index)}): {type(exc).__name__}: {exc}",
-                index=index,
-                key=self.key(index),
-            ) from exc
 
     def __getitem__(self, index: int) -> Any:
         return self.prepare(index, self.fetch([index])[0])
@@ -397,4 +365,4 @@ class ShardDataset(torch.utils.data.Dataset):
 
     def stats(self) -> dict[str, Any]:
         """``{"shards": ...}``: format, read mode, shuffle mode and its cost, requests."""
-        return report.stats(self)
+        return report.stats(self, self._growth)

@@ -75,9 +75,7 @@ class Growth:
         if k == n:
             self.complete, self.tables = True, None  # the joined index holds everything now
         if hasattr(self.ds, "direct"):  # grown after construction: spans of the new samples
-            self.ds.__dict__.pop("_want_ids", None)
-            self.ds.__dict__.pop("_versions", None)
-            self.ds._set_spans()
+            self.ds.index_grew()
 
     def start(self) -> None:
         """When shards are left to index: every missing shard downloads in the background in
@@ -96,7 +94,7 @@ class Growth:
     def download(self, infos: list[ShardInfo]) -> None:
         """Download ``infos``' missing shards in the background in that order, each indexed
         (and its index saved) as it lands."""
-        then = None if self.complete else self.ds._on_landing(self.infos, self.directory)
+        then = None if self.complete else self.ds.on_landing(self.infos, self.directory)
         self.ds.files.start_background(self.ds.location, infos, then=then)
 
     def ahead(self, samples: np.ndarray | None) -> None:
@@ -142,7 +140,7 @@ class Growth:
                     time.sleep(0.005)
                 continue
             todo = [k for k in range(self.ready, end) if self.tables[k] is None]
-            built = self.ds._build([self.infos[k] for k in todo], self.directory)
+            built = self.ds.build_index([self.infos[k] for k in todo], self.directory)
             for k, table in zip(todo, built, strict=True):
                 self.tables[k] = table
             self.advance(end)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from unstall.data.shards.dataset import ShardDataset
+from unstall.data.shards.format import Gather
 from unstall.data.shards.index import ShardInfo, ShardTable
 from unstall.data.shards.tar import ShardFormatError
 
@@ -48,8 +49,11 @@ class MDSShards(ShardDataset):
             source = source.rstrip("/")[: -len(INDEX)].rstrip("/")
         super().__init__(source, **kwargs)
 
-    def _tables(self, infos: list[ShardInfo]) -> tuple[list[ShardInfo], list[ShardTable]]:
-        # the shards and their order come from index.json, not from the listing
+    def shard_tables(
+        self, infos: list[ShardInfo], gather: Gather
+    ) -> tuple[list[ShardInfo], list[ShardTable | None]]:
+        """The shards and their order from ``index.json``, not from the listing; each table
+        checked against its count there."""
         index = self._read_index(infos)
         by_key = {i.key: i for i in infos}
         self.columns: list[tuple[str, str, int | None]] = []
@@ -59,13 +63,13 @@ class MDSShards(ShardDataset):
         if not shards:
             raise ShardFormatError(f"{INDEX} under {self.location.url!r} lists no shards")
         self.index_shards = shards
-        shard_infos, tables = super()._tables([info for info, _count in shards])
+        tables = gather([info for info, _count in shards])
         for (info, count), table in zip(shards, tables, strict=True):
-            if len(table.keys) != count:
+            if table is not None and len(table.keys) != count:
                 raise ShardFormatError(
                     f"MDS shard {info.key!r} holds {len(table.keys)} samples, {INDEX} says {count}"
                 )
-        return shard_infos, tables
+        return [info for info, _count in shards], tables
 
     def _read_index(self, infos: list[ShardInfo]) -> dict[str, Any]:
         found = [i for i in infos if i.key == INDEX]
@@ -106,7 +110,7 @@ class MDSShards(ShardDataset):
             )
         return info, int(entry["samples"])
 
-    def _build(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
+    def build_index(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
         counts = {info.key: count for info, count in self.index_shards}
         heads = self._read_heads([(i, 4 * (counts[i.key] + 2)) for i in infos])
         names = [name for name, _enc, _size in self.columns]

@@ -43,7 +43,7 @@ class ParquetShards(ShardDataset):
     default_image = "image;jpg;img"
     default_label = "label;cls"
 
-    def _build(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
+    def build_index(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
         import pyarrow.parquet as pq
 
         tables = []
@@ -121,8 +121,8 @@ class ParquetShards(ShardDataset):
                 return f.read(end - start)
         return self.location.read_ranges([(info, [(start, end)])])[0][0]
 
-    def _check_fields(self) -> None:
-        super()._check_fields()
+    def check_fields(self) -> None:
+        super().check_fields()
         have = self.index.fields
         if self.image is None:
             self._columns: list[str] | None = None  # every column

@@ -21,9 +21,10 @@ def mode(ds: Any) -> str:
     return "coalesced range GETs"
 
 
-def stats(ds: Any) -> dict[str, Any]:
-    """``{"shards": ...}``: format, read mode, shuffle mode and its cost, requests."""
-    infos = ds._growth.infos
+def stats(ds: Any, growth: Any) -> dict[str, Any]:
+    """``{"shards": ...}``: format, read mode, shuffle mode and its cost, requests (``growth``:
+    the dataset's `growing.Growth`, how far its index reaches)."""
+    infos = growth.infos
     out: dict[str, Any] = {
         "format": ds.kind,
         "location": ds.location.url,
@@ -32,7 +33,7 @@ def stats(ds: Any) -> dict[str, Any]:
         "length": (
             "known"
             if ds.length_known
-            else f"not known yet: {ds._growth.ready} of {len(infos)} shards indexed "
+            else f"not known yet: {growth.ready} of {len(infos)} shards indexed "
             "(len() indexes the rest first; epoch 0 streams while they land)"
         ),
         "read": ds.mode(),
@@ -42,7 +43,7 @@ def stats(ds: Any) -> dict[str, Any]:
             if ds.first_window
             else "as the other epochs"
         ),
-        "index": ds._growth.sources(),
+        "index": growth.sources(),
     }
     if ds.location.remote:
         out.update(ds.location.stats())

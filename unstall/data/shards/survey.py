@@ -58,20 +58,21 @@ def disk_budget(dataset_bytes: int) -> int:
     return auto_disk_bytes(dataset_bytes)
 
 
-def gather(ds: Any, infos: list[ShardInfo]) -> list[ShardTable | None]:
-    """Each shard's table: stored locally, stored beside the shards, or built (`ds._build`)
-    and saved; with ``ds._defer``, None for the shards to be indexed as they land
-    (`growing.Growth`). Sets ``ds.index_sources`` (how many shards came from where)."""
+def gather(ds: Any, infos: list[ShardInfo], *, defer: bool = False) -> list[ShardTable | None]:
+    """Each shard's table: stored locally, stored beside the shards, or built
+    (`ShardFormat.build_index`) and saved; with ``defer``, None for the shards to be indexed
+    as they land (`growing.Growth`). Sets ``ds.index_sources`` (how many shards came from
+    where)."""
     directory = index_dir(ds.location.url, ds.kind)
     tables: list[ShardTable | None] = [load(directory, info) for info in infos]
     local = sum(t is not None for t in tables)
     beside = from_beside(ds, directory, infos, tables) if ds.beside_index else 0
     todo = [i for i, t in enumerate(tables) if t is None]
-    if todo and getattr(ds, "_defer", False):
+    if todo and defer:
         ds.index_sources = {"local": local, "beside": beside, "built": 0}
         return tables
     if todo:
-        built = ds._build([infos[i] for i in todo], directory)
+        built = ds.build_index([infos[i] for i in todo], directory)
         for i, table in zip(todo, built, strict=True):
             save(directory, infos[i], table)
             tables[i] = table

@@ -260,10 +260,10 @@ class TarShards(ShardDataset):
     suffixes = SUFFIXES
     lazy_index = True  # a tar's index is its headers, through the whole shard: built as it lands
 
-    def _on_landing(self, infos: list[ShardInfo], directory: str) -> Any:
+    def on_landing(self, infos: list[ShardInfo], directory: str) -> Any:
         return IndexThen(directory, {i.key: i for i in infos})
 
-    def _build(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
+    def build_index(self, infos: list[ShardInfo], directory: str) -> list[ShardTable]:
         if not self.location.remote:
             return [index_tar(self.location.path(i.key), i.key) for i in infos]
         assert self.files is not None
@@ -281,15 +281,15 @@ class TarShards(ShardDataset):
             then = IndexThen(directory, by_key, remove=True)
             return self.location.download(items, then)
 
-    def _direct_spans(self) -> tuple[np.ndarray, np.ndarray | None]:
+    def direct_spans(self) -> tuple[np.ndarray, np.ndarray | None]:
         """Image-only spans when every sample has an image field and the label is ``cls``
         (or none): the image is then read alone and handed on without a copy."""
         if self.image is None or self.label not in (None, "cls"):
-            return super()._direct_spans()
+            return super().direct_spans()
         ids = {name: i for i, name in enumerate(self.index.fields)}
         ranked = [ids[n] for n in self.image.split(";") if n in ids]
         if not ranked or len(self.index) == 0:
-            return super()._direct_spans()
+            return super().direct_spans()
         idx = self.index
         rank = np.full(max(ids.values()) + 1, len(ranked), dtype=np.int64)
         rank[ranked] = np.arange(len(ranked))
@@ -300,7 +300,7 @@ class TarShards(ShardDataset):
         firsts = order[np.searchsorted(owner[order], np.arange(len(idx)))]
         no_image = member_rank[firsts] >= len(ranked)
         if np.any(no_image) and not self.__dict__.get("direct"):  # a sample without an image
-            return super()._direct_spans()
+            return super().direct_spans()
         start = idx.spans[:, 0] + idx.member_off[firsts]
         spans = np.stack([start, start + idx.member_size[firsts]], axis=1)
         labels = idx.extra["cls"].copy()
@@ -308,13 +308,14 @@ class TarShards(ShardDataset):
         labels[no_image] = NO_IMAGE
         return spans, labels
 
-    def _wanted(self, index: int, raw: bytes) -> dict[str, Any]:
+    def wanted_fields(self, index: int, raw: bytes) -> dict[str, Any]:
         """Only the image and label members, sliced once (the other members are not copied)."""
-        want = self.__dict__.get("_want_ids")
-        if want is None:
+        index_of, want = self.__dict__.get("_want_ids", (None, None))
+        if index_of is not self.index or want is None:  # (the index grew since: `growing`)
             names = (self.image or "").split(";") + (self.label or "").split(";")
             ids = {name: i for i, name in enumerate(self.index.fields)}
-            want = self._want_ids = {ids[n]: n for n in names if n in ids}
+            want = {ids[n]: n for n in names if n in ids}
+            self._want_ids = (self.index, want)
         a, b = int(self.index.first[index]), int(self.index.first[index + 1])
         rows = self.index.member_rows[a:b].tolist()
         return {want[f]: raw[o : o + n] for f, o, n in rows if f in want}

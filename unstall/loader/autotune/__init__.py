@@ -1,8 +1,10 @@
 """``num_workers="auto"`` / ``prefetch_factor="auto"``: the loader tunes its pool while it runs.
 
-`rule` decides from measurements, `resources` measures the cores and memory left, `share`
-splits a node's cores between the ranks of one job, `pool` changes a running epoch's pool
-between two batches, `controller` ties them to one loader.
+`rule` decides from one window's measurements, `policy` walks from window to window
+(judging each change, undoing one that did not pay; pure, so ``unstall analyze`` walks it
+too), `resources` measures the cores and memory left, `share` splits a node's cores
+between the ranks of one job, `pool` changes a running epoch's pool between two batches,
+`controller` ties them to one loader.
 """
 
 from unstall.loader.autotune.controller import AUTO, AutoTuner, take_auto, wants_auto

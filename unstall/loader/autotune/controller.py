@@ -1,21 +1,15 @@
 """The tuner of one loader: measures each batch, decides between batches, changes the pool.
 
 `AutoTuner` collects the loop's wait and the workers' task times batch by batch into
-windows; after each window it asks the rule (`rule.decide`) under the current budget
-(`resources`, `share`) and applies a decision at the next ``next()`` (`pool.restart_pool`),
-so an error while the pool changes surfaces there, like any pull's.
-
-Settling: the batches right after a change (the new pool filling up) are not measured;
-a shrink needs two windows in a row that ask for it; a change whose next window shows
-it did not pay (a grow that neither raised the rate by `GAIN` nor halved the loop's
-wait, a shrink after which the loop waits) is undone, and the count it left stays the
-bound for `HOLD_S` seconds. The first window is short (`FIRST_WINDOW_S`: a pool far
-from the right size is plain at once); windows lengthen once settled, except while the
-loop waits; the tuner keeps watching (costs that change, cores that other processes
-take). Where the dataset's store lets its requests in flight be turned
-(`S3Store.set_inflight`), a fetch-bound loop whose requests queue at the limit gets more
-requests per worker once the workers cannot grow; that change needs no new pool.
-``schedule`` (tests) replaces the rule with fixed steps.
+windows; after each window it asks the walk (`policy.step`: the rule, `rule.decide`,
+with judging, undoing and the window lengths) under the current budget (`resources`,
+`share`) and applies a decision at the next ``next()`` (`pool.restart_pool`), so an
+error while the pool changes surfaces there, like any pull's. The batches right after
+a change (the new pool filling up) are not measured; the tuner keeps watching (costs
+that change, cores that other processes take). Where the dataset's store lets its
+requests in flight be turned (`S3Store.set_inflight`), a fetch-bound loop whose requests
+queue at the limit gets more requests per worker once the workers cannot grow; that
+change needs no new pool. ``schedule`` (tests) replaces the rule with fixed steps.
 """
 
 from __future__ import annotations
@@ -24,34 +18,20 @@ import logging
 import os
 import time
 import weakref
+from dataclasses import replace
 from typing import Any
 
 from unstall.loader import schedclock
-from unstall.loader.autotune import resources, rule
+from unstall.loader.autotune import policy, resources
+from unstall.loader.autotune.policy import START_PREFETCH, START_WORKERS, warmup_batches
 from unstall.loader.autotune.pool import can_restart, restart_pool
-from unstall.loader.autotune.rule import GROW_WAIT, Budget, Decision, Window, decide
+from unstall.loader.autotune.rule import GROW_WAIT, Budget, Decision, Window
 from unstall.loader.autotune.share import NodeShare, job_key
 
 log = logging.getLogger("unstall")
 
 #: The value that asks for tuning.
 AUTO = "auto"
-#: A window lasts at least this long and this many batches (doubling once settled, to 8x).
-WINDOW_S = 0.3
-#: The first window of a loader lasts this long (at least `WINDOW_BATCHES` batches).
-FIRST_WINDOW_S = 0.1
-WINDOW_BATCHES = 6
-#: A new pool's first ``WARMUP_ROUNDS x workers x prefetch`` batches are not measured
-#: (workers starting, connections opening, the prefetch filling).
-WARMUP_ROUNDS = 2
-#: A grow must raise the rate by this factor to stay.
-GAIN = 1.05
-#: How long a bound set by a change that did not pay holds [s].
-HOLD_S = 30.0
-#: Starting workers for ``num_workers="auto"`` (fewer with fewer cores).
-START_WORKERS = 1
-#: Starting prefetch for ``prefetch_factor="auto"``.
-START_PREFETCH = 2
 
 
 def wants_auto(a: dict[str, Any]) -> bool:
@@ -112,14 +92,9 @@ class AutoTuner:
         self._schedule: list[tuple[int, int, int | None]] = []
         self._pending: Decision | None = None
         self._skip = 0  # batches not measured (a new pool filling up)
-        self._shrink_votes = 0
-        self._settled = 0  # windows in a row without a change
-        self._floor, self._ceiling, self._hold_until = 1, 1 << 16, 0.0
-        self._last_change: dict[str, Any] | None = None  # to judge whether it paid
-        self._windows = 0  # windows closed
+        self._walk = policy.State()  # judging, votes, bounds held (`policy.step`)
         self._store: Any = None  # the dataset's store, where its requests in flight turn
-        self.inflight: int | None = None
-        self._inflight_ceiling, self._queued = 1 << 16, 0
+        self._queued = 0
         self._budget = Budget(self._cores)
         if tune_workers:  # ranks of one job on this node start within their share
             ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
@@ -138,13 +113,18 @@ class AutoTuner:
         self._raw = weakref.ref(raw)
         if self.tune_workers and self._store is None:
             self._store = resources.inflight_store(loader)
-        self._skip = WARMUP_ROUNDS * self.workers * self.prefetch  # the pool starts up
+        self._skip = warmup_batches(self.workers, self.prefetch)  # the pool starts up
         self._reset_window()
 
     def schedule(self, steps: list[tuple[int, int] | tuple[int, int, int]]) -> None:
         """Test hook: instead of the rule, switch to ``workers`` (and ``prefetch``) once
         batch ``at`` of an epoch has been handed out, for each ``(at, workers[, prefetch])``."""
         self._schedule = [(s[0], s[1], s[2] if len(s) > 2 else None) for s in steps]  # type: ignore[misc]
+
+    @property
+    def inflight(self) -> int | None:
+        """Requests in flight per worker, where the store lets them be turned (else None)."""
+        return self._walk.inflight
 
     @property
     def raw(self) -> Any:
@@ -174,12 +154,7 @@ class AutoTuner:
         elif timing is not None:
             self._busy += sum(timing)
         now = time.perf_counter()
-        # after a change, the window that judges it is longer; once settled, they lengthen
-        # a loop that waits now gets the base length (costs went up: react within a window)
-        settled = 0 if self._wait > GROW_WAIT * (now - self._w0) else min(self._settled, 3)
-        scale = rule.JUDGE_SCALE if self._last_change is not None else 1 << settled
-        base = FIRST_WINDOW_S if self._windows == 0 else WINDOW_S
-        if now - self._w0 >= base * scale and self._batches >= WINDOW_BATCHES:
+        if self._walk.window_done(now - self._w0, self._wait, self._batches):
             self._close_window(now)
 
     def apply(self, it: Any) -> None:
@@ -194,19 +169,20 @@ class AutoTuner:
         t0 = time.perf_counter()
         if self._store is not None and self.inflight:  # new workers take it: no probes
             self._store.set_inflight(self.inflight)
-        new_raw = restart_pool(loader, it, raw, decision.workers, decision.prefetch)
+        new_raw = restart_pool(loader, it, decision.workers, decision.prefetch)
         self.restart_s += time.perf_counter() - t0
         self._raw = weakref.ref(new_raw)
         self.workers, self.prefetch = decision.workers, decision.prefetch
-        self._skip = WARMUP_ROUNDS * decision.workers * decision.prefetch
+        self._skip = warmup_batches(decision.workers, decision.prefetch)
         self._reset_window()
 
     # Deciding ----------------------------------------------------------------
     def _follow_schedule(self, it: Any) -> None:
         at, workers, prefetch = self._schedule[0]
-        if it._cursor.handed >= at:
+        if it.cursor.handed >= at:
             self._schedule.pop(0)
-            self._change(Decision(workers, prefetch or self.prefetch, "schedule"), None)
+            d = Decision(workers, prefetch or self.prefetch, "schedule")
+            self._made(*policy.scheduled(self._walk, d, self.workers, self.prefetch), None)
 
     def _close_window(self, now: float) -> None:
         wall = now - self._w0
@@ -223,73 +199,29 @@ class AutoTuner:
         )
         budget = self._measure_budget(w, main_cpu)
         self._reset_window()
-        self._windows += 1
         queued = False
         if self._store is not None:  # the store's choice (probed by the workers) until set
-            self.inflight = self.inflight or self._store.inflight()
+            inflight = self._walk.inflight or self._store.inflight()
+            self._walk = replace(self._walk, inflight=inflight)
             count = self._store.queued()  # requests that waited at the limit, so far
             queued, self._queued = count > self._queued, count
-        if self._judge(w):
-            return
-        if now >= self._hold_until:
-            self._floor, self._ceiling = 1, 1 << 16
-            self._inflight_ceiling = 1 << 16
-        d = decide(
+        d, walk = policy.step(
+            self._walk,
             w,
             budget,
+            now=now,
             tune_workers=self.tune_workers,
             tune_prefetch=self.tune_prefetch,
-            floor=self._floor,
-            ceiling=self._ceiling,
-            inflight=self.inflight,
-            inflight_ceiling=self._inflight_ceiling,
             queued=queued,
         )
         log.debug(
             "unstall autotune: window %s, budget %s, inflight %s: %s", w, budget, self.inflight, d
         )
-        if d is not None and d.workers < self.workers and d.why == "workers idle":
-            self._shrink_votes += 1
-            if self._shrink_votes < 2:
-                d = None
-        else:
-            self._shrink_votes = 0
-        if d is None:
-            self._settled += 1
-            return
-        self._change(d, w)
-
-    def _judge(self, w: Window) -> bool:
-        """Undo the last change if this first window after it shows it did not pay."""
-        last, self._last_change = self._last_change, None
-        if last is None or last["window"] is None:
-            return False
-        before: Window = last["window"]
-        was = last["inflight"]
-        more_requests = (self.inflight or 0) > (was or 0)
-        grew = w.workers > before.workers or w.prefetch > before.prefetch or more_requests
-        paid = w.rate >= before.rate * GAIN or w.wait <= before.wait / 2 or w.wait <= rule.PAID_WAIT
-        if grew and not paid:
-            self._hold_until = time.perf_counter() + HOLD_S
-            if more_requests:
-                self._inflight_ceiling = was
-            else:
-                self._ceiling = before.workers
-            undo = Decision(before.workers, before.prefetch, "the grow did not pay", was)
-            self._change(undo, w)
-            self._last_change = None
-            return True
-        if w.workers < before.workers and w.wait > 0.05 and w.rate < before.rate / GAIN:
-            self._floor, self._hold_until = before.workers, time.perf_counter() + HOLD_S
-            undo = Decision(before.workers, before.prefetch, "the shrink made it wait", was)
-            self._change(undo, w)
-            self._last_change = None
-            return True
-        return False
+        self._made(d, walk, w)
 
     def _measure_budget(self, w: Window, main_cpu: float) -> Budget:
         training = resources.training_cores(main_cpu, w.wall_s)
-        o = self._share.claim(self.workers, w.wait > 0.05)
+        o = self._share.claim(self.workers, w.wait > GROW_WAIT)
         left = resources.cores_left(self._cores, training, o.workers, o.ranks, o.waiting)
         per_worker = self._worker_bytes()
         memory = resources.memory_ceiling(self.workers, per_worker, resources.available_bytes())
@@ -305,10 +237,12 @@ class AutoTuner:
             self._per_worker = (self._raw, size)
         return self._per_worker[1]
 
-    def _change(self, d: Decision, w: Window | None) -> None:
-        inflight = d.inflight if d.inflight is not None else self.inflight
-        if d.workers == self.workers and d.prefetch == self.prefetch and inflight == self.inflight:
+    def _made(self, d: Decision | None, walk: policy.State, w: Window | None) -> None:
+        """Make the walk's decision ``d`` (its new state ``walk``), decided on ``w``."""
+        was, self._walk = self._walk.inflight, walk
+        if d is None:
             return
+        inflight = walk.inflight
         entry = {
             "t_s": round(time.perf_counter() - self._t0, 3),
             "epoch": getattr(self._cursor(), "epoch", None),
@@ -318,7 +252,7 @@ class AutoTuner:
             "why": d.why,
         }
         if self._store is not None:
-            entry["max_inflight"] = [self.inflight, inflight]
+            entry["max_inflight"] = [was, inflight]
         if w is not None:
             entry.update(
                 batches_per_s=round(w.rate, 2),
@@ -335,7 +269,7 @@ class AutoTuner:
             for name, old, new in (
                 ("num_workers", self.workers, d.workers),
                 ("prefetch_factor", self.prefetch, d.prefetch),
-                ("requests in flight", self.inflight, inflight),
+                ("requests in flight", was, inflight),
             )
             if old != new
         ]
@@ -347,12 +281,8 @@ class AutoTuner:
             f"{self._budget.cores}, idle {self._budget.idle or 0:.1f})"
         )
         log.info("unstall autotune: %s: %s%s", ", ".join(what), d.why, rates)
-        self._last_change = {"window": w, "inflight": self.inflight}
-        self._settled = 0
-        self._shrink_votes = 0
-        if inflight != self.inflight and inflight is not None and self._store is not None:
+        if inflight != was and inflight is not None and self._store is not None:
             self._store.set_inflight(inflight)  # workers take it before their next batch
-            self.inflight = inflight
         if d.workers != self.workers or d.prefetch != self.prefetch:
             self._pending = d
         else:  # the same pool: the batches already asked for run at the old limit
@@ -361,7 +291,7 @@ class AutoTuner:
 
     def _cursor(self) -> Any:
         it = self._it() if self._it is not None else None
-        return it._cursor if it is not None else None
+        return it.cursor if it is not None else None
 
     def _reset_window(self) -> None:
         self._w0, self._c0 = time.perf_counter(), time.process_time()

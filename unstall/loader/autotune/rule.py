@@ -31,10 +31,6 @@ from dataclasses import dataclass
 
 #: The loop waiting more than this share of its time: the workers are behind.
 GROW_WAIT = 0.05
-#: A grow pays whatever the rate did when the loop then waits at most this share of its time.
-PAID_WAIT = 0.02
-#: The window after a change (the one that judges it) lasts this many base windows.
-JUDGE_SCALE = 2
 #: Spare busy capacity kept when shrinking (workers needed x this).
 HEADROOM = 1.3
 #: Runnable-but-waiting time per task second above which no core counts as free.
@@ -52,6 +48,8 @@ IO_SHARE = 0.5
 UNCROWDED = 0.1
 #: The most requests in flight per worker ``"auto"`` asks a store for.
 MAX_INFLIGHT = 256
+#: Why a shrink to the busy workers is asked (`Decision.why`).
+IDLE = "workers idle"
 
 
 @dataclass(frozen=True)
@@ -188,5 +186,5 @@ def decide(
     if tune_workers and not waiting and n > max(floor, 1):
         need = max(1, math.ceil(w.util * n * HEADROOM))
         if need < n:
-            return Decision(max(need, floor, 1), p, "workers idle", inflight)
+            return Decision(max(need, floor, 1), p, IDLE, inflight)
     return None

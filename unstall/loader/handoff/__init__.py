@@ -6,7 +6,7 @@ slot segments and their rules), `writer` (the worker's side: collate into a slot
 """
 
 from unstall.loader.handoff.inline import INLINE_MAX_BYTES, Inline, pack, unpack
-from unstall.loader.handoff.receiver import SlotHandoff, SlotSampler
+from unstall.loader.handoff.receiver import SlotHandoff, SlotSampler, slots_for
 from unstall.loader.handoff.slots import (
     ALIGN,
     SlotPool,
@@ -35,5 +35,6 @@ __all__ = [
     "pack",
     "rebuild",
     "slot_size_for",
+    "slots_for",
     "unpack",
 ]

@@ -27,6 +27,14 @@ from unstall.loader.handoff.slots import (
 
 log = logging.getLogger("unstall")
 
+#: Slots beyond one per task in flight: batches the loop (or the device stage) still holds.
+SPARE_SLOTS = 4
+
+
+def slots_for(workers: int, prefetch: int | None) -> int:
+    """Slots a pool of ``workers`` x ``prefetch`` tasks in flight needs (prefetch None: 2)."""
+    return (prefetch or 2) * workers + SPARE_SLOTS
+
 
 class SlotHandoff:
     """The main side's slot bookkeeping: pools, sizing, release, counters; one per loader.

@@ -1,0 +1,5 @@
+"""Batches prepared on other machines: Ray actors fed by the loader's own dispatcher."""
+
+from unstall.remote.settings import Remote
+
+__all__ = ["Remote"]
