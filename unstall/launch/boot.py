@@ -120,11 +120,12 @@ def _swap_now() -> Any:
 
 
 def _swap() -> None:
-    from unstall.launch import report
+    from unstall.launch import report, state
     from unstall.loader.swap import patch_torch
 
     patch_torch()
     report.watch()
+    state.install()  # SIGUSR1: what this process's loaders are doing
     run_boot_hooks()
 
 

@@ -84,22 +84,38 @@ def is_python(program: str) -> bool:
 
 
 def _run_child(program: str, command: Sequence[str], env: dict[str, str]) -> int:
-    """Run ``command`` as a child; forward SIGTERM and SIGHUP to it (Ctrl-C reaches it from
-    the terminal itself), then print the summary and exit as it did."""
+    """Run ``command`` as a child; forward SIGTERM, SIGHUP and SIGINT to it, then print the
+    summary and exit as it did.
+
+    The handlers are in place before the child starts: a signal that comes while it is being
+    started is delivered to it once it runs, never lost (nor does it end this process and
+    leave the child running). SIGINT is not forwarded when it came from the terminal: a
+    terminal's Ctrl-C reaches every process of its foreground group, the child included.
+    """
     import signal
     import subprocess
 
     from unstall.launch import report
 
-    proc = subprocess.Popen([program, *command[1:]], env=env)
+    pending: list[int] = []
+    child: list[subprocess.Popen] = []
 
     def forward(signum: int, frame: object) -> None:
-        proc.send_signal(signum)
+        if signum == signal.SIGINT and _terminal_sent_it():
+            return
+        if child:
+            child[0].send_signal(signum)
+        else:
+            pending.append(signum)
 
-    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # an ignored signal stays ignored, here and in the child (which inherits it)
+    forwarded = [s for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT) if _handled(s)]
+    old = {sig: signal.signal(sig, forward) for sig in forwarded}
     try:
-        code = proc.wait()
+        child.append(subprocess.Popen([program, *command[1:]], env=env))
+        for signum in pending:
+            child[0].send_signal(signum)
+        code = child[0].wait()
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -111,3 +127,24 @@ def _run_child(program: str, command: Sequence[str], env: dict[str, str]) -> int
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
+
+
+def _terminal_sent_it() -> bool:
+    """Whether this process is in its terminal's foreground group (a SIGINT then came from
+    the terminal's Ctrl-C, which reached the child as well)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False  # no terminal: the SIGINT was sent to this process alone
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _handled(signum: int) -> bool:
+    import signal
+
+    return signal.getsignal(signum) is not signal.SIG_IGN

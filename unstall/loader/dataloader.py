@@ -81,6 +81,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         num_workers, prefetch_factor: as torch's, or ``"auto"``: the loader starts small
             and changes its pool between batches while it runs (`unstall.loader.autotune`;
             ``stats()["autotune"]`` says what it chose and why).
+        watchdog_s: a wait for a batch this long with no worker making progress raises
+            `LoaderStuckError`, naming the stuck worker and batch (`unstall.loader.watchdog`).
 
     Each ``iter()`` runs one epoch: epoch numbers advance by themselves, or are set
     with `set_epoch`. `state_dict` records the position; `load_state_dict` makes the
@@ -118,10 +120,12 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         zero_copy: bool | None = None,
         coordinate: str | bool | None = None,
         remote: Any = None,
+        watchdog_s: float | None = None,
     ):
         a = {k: v for k, v in dict(locals()).items() if k not in ("self", "dataset", "__class__")}
         hooks.first_loader()  # `unstall run` / analyze start watching a script's own loaders
         dataset = apply_config(dataset, a)  # $UNSTALL_CONFIG; prep='lean' on torchvision's
+        self.watchdog_s = a.pop("watchdog_s")  # read by each epoch's watchdog (None: default)
         iterable = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__")
         self._autotune = take_auto(a, map_style=not iterable)  # "auto" -> starting values
         # torch checks the options and sets the attributes it exposes, exactly as its own.
@@ -148,9 +152,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             check_passthrough(dataset, a)
             self._inner = shadow
             self.seed, self.rank, self.world_size, self.device, self.prep = None, 0, 1, None, "cpu"
-            self.order = None
-            self._handoff = None
-            self._gpu_prep = None
+            self.order = self._handoff = self._gpu_prep = None
         else:
             self._settings = settings = LoaderSettings.resolve(dataset, a)
             self.seed, self.rank = settings.seed, settings.rank

@@ -31,6 +31,8 @@ from typing import Any
 import torch
 import torch.utils.data.dataloader as torch_dataloader
 
+from unstall.loader import watchdog
+
 #: How long a lock may stay held before it counts as abandoned [seconds].
 STUCK_AFTER_S = 0.05
 
@@ -108,7 +110,7 @@ def start_workers(inner: Any, loaded: dict[str, Any] | None = None) -> Any:
         inner.generator = torch.Generator()
         inner.generator.manual_seed(int(loaded.get("base_seed") or 0) % 2**63)
     try:
-        return iter(inner)
+        return watchdog.started(inner)  # the tasks it sends are recorded for the watchdog
     except BaseException as exc:
         release_stuck_locks(exc)
         raise
@@ -118,8 +120,10 @@ def start_workers(inner: Any, loaded: dict[str, Any] | None = None) -> Any:
 
 def owning_workers(epoch_iter: Any, torch_iter: Any, loader: Any) -> Any:
     """``epoch_iter``, whose workers (``torch_iter``'s) stop when it goes, or, persistent
-    ones, when ``loader`` goes (`stop_workers_when_gone`)."""
+    ones, when ``loader`` goes (`stop_workers_when_gone`)); their waits are watched
+    (`unstall.loader.watchdog`)."""
     if getattr(torch_iter, "_workers", None):
+        watchdog.watch(torch_iter, loader)
         persistent = getattr(torch_iter, "_persistent_workers", False)
         stop_workers_when_gone(loader if persistent else epoch_iter, torch_iter)
     return epoch_iter

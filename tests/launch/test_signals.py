@@ -1,0 +1,200 @@
+"""Signals reach an unchanged script under ``unstall run`` and ``unstall analyze`` (issue 46).
+
+SIGINT and SIGTERM reach the script in each launcher layout (the script itself, a command
+that starts it, torchrun, the analyzer's runs), and the script's own handlers run; SIGUSR1
+makes each process print what its loaders are doing.
+
+Every test waits on a condition (the script says it is ready), never a fixed sleep. The
+scripts start as a terminal's jobs start, SIGINT and SIGTERM at their defaults: a process
+inherits an *ignored* SIGINT (a background job of a non-interactive shell has one), and a
+Python script started so never sees KeyboardInterrupt, under unstall or not
+(`test_an_ignored_sigint_stays_ignored_as_under_plain_python`): that is how
+``test_sigint_reaches_the_script`` failed inside the CI clone's run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+WAITS = """
+import os, signal, sys, time
+
+def term(signum, frame):
+    print("got SIGTERM", flush=True)
+    sys.exit(6)
+
+signal.signal(signal.SIGTERM, term)
+try:
+    print("ready", flush=True)  # inside the try: a SIGINT right after it is the script's too
+    if os.environ.get("READY_FILE"):
+        open(os.environ["READY_FILE"], "w").close()
+    time.sleep(60)
+except KeyboardInterrupt:
+    print("got SIGINT", flush=True)
+    if os.environ.get("DONE_FILE"):
+        open(os.environ["DONE_FILE"], "w").close()
+    sys.exit(5)
+"""
+
+
+#: (signal, the script's exit status, what it prints) for SIGINT and SIGTERM.
+BOTH = [(signal.SIGINT, 5, "got SIGINT"), (signal.SIGTERM, 6, "got SIGTERM")]
+
+
+def script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def as_a_terminal_job(ignore: tuple[int, ...] = ()) -> object:
+    """A ``preexec_fn``: SIGINT and SIGTERM at their defaults and unblocked (``ignore``d
+    instead where asked), in a session of its own (no terminal sends it anything)."""
+
+    def preexec() -> None:
+        os.setsid()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN if sig in ignore else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+    return preexec
+
+
+def start(command: list[str], *, ignore: tuple[int, ...] = (), env=None) -> subprocess.Popen:
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_a_terminal_job(ignore),
+        env=env,
+    )
+
+
+def signalled(proc: subprocess.Popen, *signums: int, timeout: float = 60) -> tuple[str, str]:
+    """Wait until ``proc``'s script says it is ready, send ``signums``; its output."""
+    try:
+        first = proc.stdout.readline().strip()
+        assert first == "ready", (first, proc.stderr.read() if proc.poll() is not None else "")
+        for signum in signums:
+            proc.send_signal(signum)
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def unstall_run(*command: str) -> list[str]:
+    return [sys.executable, "-m", "unstall", "run", "--", *command]
+
+
+@pytest.mark.parametrize(("signum", "code", "said"), BOTH)
+def test_sigint_reaches_the_script(tmp_path, signum, code, said):
+    waits = script(tmp_path, "waits.py", WAITS)
+    proc = start(unstall_run(sys.executable, str(waits)))
+    out, err = signalled(proc, signum)
+    assert (proc.returncode, said in out) == (code, True), (out, err[-2000:])
+
+
+def test_an_ignored_sigint_stays_ignored_as_under_plain_python(tmp_path):
+    """The cause of the CI clone's failure, made deterministic: a parent that ignores SIGINT
+    (the CI's half ran under one) passes that on, and Python then installs no
+    KeyboardInterrupt handler, with unstall or without; SIGTERM still ends the script."""
+    waits = script(tmp_path, "waits.py", WAITS)
+    for command in ([sys.executable, str(waits)], unstall_run(sys.executable, str(waits))):
+        proc = start(command, ignore=(signal.SIGINT,))
+        out, err = signalled(proc, signal.SIGINT, signal.SIGTERM)
+        assert (proc.returncode, out.split()) == (6, ["got", "SIGTERM"]), (out, err)
+
+
+@pytest.mark.parametrize(("signum", "code", "said"), BOTH)
+def test_a_command_that_starts_the_script_passes_signals_on(tmp_path, signum, code, said):
+    """A shell script is not replaced by ``exec``: unstall runs it as a child and forwards
+    SIGINT (sent to it alone, not by a terminal) and SIGTERM; it exits as the script did."""
+    waits = script(tmp_path, "waits.py", WAITS)
+    shell = script(tmp_path, "train.sh", f'#!/bin/sh\nexec "{sys.executable}" "{waits}"\n')
+    shell.chmod(0o755)
+    proc = start(unstall_run(str(shell)))
+    out, err = signalled(proc, signum)
+    assert (proc.returncode, said in out) == (code, True), (out, err[-2000:])
+
+
+def test_torchrun_passes_sigterm_to_the_script(tmp_path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun not installed")
+    waits = script(tmp_path, "waits.py", WAITS)
+    command = [str(torchrun), "--standalone", "--nproc-per-node", "1", str(waits)]
+    proc = start(unstall_run(*command))
+    out, err = signalled(proc, signal.SIGTERM)
+    assert "got SIGTERM" in out, (out, err[-2000:])
+
+
+BLOCKS = """
+import sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+
+class D(Dataset):
+    def __len__(self): return 8
+    def __getitem__(self, i):
+        if i == 2:
+            time.sleep(60)  # batch 1 never comes
+        return i
+
+it = iter(DataLoader(D(), batch_size=2, num_workers=1))
+print(next(it).tolist(), flush=True)
+print("ready", flush=True)
+next(it)
+"""
+
+
+def test_sigusr1_prints_what_the_loaders_are_doing(tmp_path):
+    blocks = script(tmp_path, "blocks.py", BLOCKS)
+    proc = start(unstall_run(sys.executable, str(blocks)))
+    try:
+        assert proc.stdout.readline().strip() == "[0, 1]"
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGUSR1)
+        # the state comes first on stderr (nothing else is printed before the script ends)
+        lines = [proc.stderr.readline() for _ in range(3)]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    text = "".join(lines)
+    assert f"unstall: state of pid {proc.pid} (rank 0)" in text, text
+    assert "waiting for batch task 1" in text
+    assert "tasks sent 3, batches received 1" in text
+
+
+def test_sigterm_to_analyze_reaches_the_script_and_stops_its_run(tmp_path):
+    waits = script(tmp_path, "waits.py", "import torch.utils.data\n" + WAITS)
+    ready, done = tmp_path / "ready", tmp_path / "done"
+    env = {**os.environ, "READY_FILE": str(ready), "DONE_FILE": str(done)}
+    command = [sys.executable, "-m", "unstall", "analyze", "--quick", "--", sys.executable]
+    proc = start([*command, str(waits)], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), proc.communicate(timeout=10)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    # the analyzer ended as SIGTERM asked; its run was stopped with SIGINT, which the script
+    # handled itself, and nothing of the run is left in the analyzer's session
+    assert proc.returncode == 128 + signal.SIGTERM, (out, err[-2000:])
+    assert done.exists()
+    left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True)
+    assert left.stdout == ""
