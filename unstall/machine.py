@@ -207,6 +207,16 @@ def timeline() -> bool:
     return bool(_env("UNSTALL_TIMELINE"))
 
 
+#: The loader watchdog's bound for every loader without ``watchdog_s=`` [s].
+WATCHDOG_ENV = "UNSTALL_WATCHDOG_S"
+
+
+def watchdog_text() -> str:
+    """``$UNSTALL_WATCHDOG_S`` (`WATCHDOG_ENV`; "": not set): the loader watchdog's bound for
+    every loader without ``watchdog_s=`` (`unstall.loader.watchdog`)."""
+    return _env(WATCHDOG_ENV)
+
+
 def config_path() -> str:
     """``$UNSTALL_CONFIG`` (set by ``unstall run --config FILE``; "": none)."""
     return _env("UNSTALL_CONFIG")

@@ -35,8 +35,10 @@ def install() -> None:
 
 def _answer(signum: int, frame: Any) -> None:
     with contextlib.suppress(Exception):  # a report must never break the script
+        from unstall import machine
+
         text = report()
-        out = os.environ.get("UNSTALL_ANALYZE_OUT")
+        out = machine.analyze_env().out
         if not (out and os.path.isdir(out)):
             print(text, file=sys.stderr, flush=True)
             return

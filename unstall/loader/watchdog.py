@@ -33,12 +33,13 @@ from typing import Any
 from torch.utils.data import _utils as torch_utils
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter as _MultiIter
 
+from unstall import machine
 from unstall.errors import UnstallError
 
 #: The bound when none is set [s]: a few minutes.
 DEFAULT_S = 300.0
 #: The environment variable that sets the bound for every loader without ``watchdog_s``.
-ENV = "UNSTALL_WATCHDOG_S"
+ENV = machine.WATCHDOG_ENV
 #: Once batch times are known, the bound is at least this many times the slowest one.
 SCALE = 10
 #: Longest single queue read while waiting [s]: how often the workers are looked at.
@@ -75,7 +76,7 @@ def bound_s(loader: Any) -> float:
     """The loader's bound in seconds (0: off): ``watchdog_s``, else `ENV`, else `DEFAULT_S`."""
     value = getattr(loader, "__dict__", {}).get("watchdog_s")
     if value is None:
-        value = os.environ.get(ENV) or DEFAULT_S
+        value = machine.watchdog_text() or DEFAULT_S
     try:
         bound = float(value)
     except (TypeError, ValueError):
