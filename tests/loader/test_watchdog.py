@@ -182,15 +182,22 @@ def test_a_worker_stuck_at_start_restarts_the_pool(hung, tmp_path, monkeypatch, 
     monkeypatch.setattr(stuck_start, "START_S", 1.0)
     hang = functools.partial(hang_at_start, str(tmp_path / "first"), hung=hung)
     loader = DataLoader(
-        Rows(n=32), batch_size=4, num_workers=2, seed=0, worker_init_fn=hang, watchdog_s=60
+        Rows(n=32),
+        batch_size=4,
+        shuffle=True,
+        num_workers=2,
+        seed=0,
+        worker_init_fn=hang,
+        watchdog_s=60,
     )
+    order = list(DataLoader(range(32), batch_size=4, shuffle=True, seed=0))  # no workers
     t0 = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="unstall"):
         it = iter(loader)
         pid = it._torch_iter._workers[hung].pid
         got = [int(x) for b in it for x in b[:, 0]]
     assert time.monotonic() - t0 < 20  # the watchdog's bound is 60 s
-    assert got == list(range(32))  # every sample once, in order
+    assert got == [int(x) for b in order for x in b]  # every sample once, in the seed's order
     lines = [r.getMessage() for r in caplog.records if "stuck at start" in r.getMessage()]
     assert len(lines) == 1, lines
     assert f"worker {hung} (pid {pid}) stuck at start" in lines[0]
