@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,18 @@ class Config:
         if self.inflight != 1:
             parts.append(f"inflight={self.inflight}")
         return ",".join(parts)
+
+    @classmethod
+    def of_job(cls, m: Any) -> Config:
+        """The measured job's own configuration (``m``: a `Measurement`): its workers and
+        batch size, and the requests in flight its storage probe saw."""
+        inflight = m.probe.inflight if m.probe is not None else 1
+        return cls(
+            workers=m.num_workers,
+            batch_size=m.batch_size,
+            inflight=inflight,
+            prefetch=inflight > 1 and inflight != m.batch_size,
+        )
 
 
 @dataclass(frozen=True)

@@ -82,13 +82,7 @@ class Analysis:
 def model_of(d: Derived) -> Analysis:
     """Price the measured job: P, the bottleneck, the model's check, the what-if table."""
     m = d.measurement
-    inflight = m.probe.inflight if m.probe is not None else 1
-    base = Config(
-        workers=m.num_workers,
-        batch_size=m.batch_size,
-        inflight=inflight,
-        prefetch=inflight > 1 and inflight != m.batch_size,
-    )
+    base = Config.of_job(m)
     prep = None if "prep" in d.unknown else prep_capacity(d.rates, base)
     bottleneck = d.bottleneck
     if bottleneck is None:  # the stalls alike: the slower of the measured rates

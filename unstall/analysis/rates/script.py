@@ -260,13 +260,7 @@ def delivered_floor(rates: Rates, m: Measurement, measured: float, notes: list[s
     """
     from unstall.analysis.model.predict import Config, prep_capacity
 
-    inflight = m.probe.inflight if m.probe is not None else 1
-    base = Config(
-        workers=m.num_workers,
-        batch_size=m.batch_size,
-        inflight=inflight,
-        prefetch=inflight > 1 and inflight != m.batch_size,
-    )
+    base = Config.of_job(m)
     if rates.prep_cpu_s <= 0 or measured <= 0:
         return rates
     p = prep_capacity(rates, base)
