@@ -2,11 +2,14 @@
 naming the worker and the batch, with nothing left in /dev/shm or the process table.
 
 Each fault is real: a worker stopped with SIGSTOP, a dataset that blocks in ``__getitem__``,
-a batch task lost on its way to its worker (the index queue drops it).
+a batch task lost on its way to its worker (the index queue drops it), a worker that hangs
+at start without CPU (its pool restarted at the same batch, `unstall.loader.stuck_start`).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import signal
 import time
@@ -16,6 +19,7 @@ import pytest
 import torch
 
 from unstall import DataLoader
+from unstall.loader import stuck_start
 from unstall.loader.handoff.slots import leftover_slots
 from unstall.loader.watchdog import LoaderStuckError, bound_s
 
@@ -156,3 +160,59 @@ def test_persistent_workers_start_afresh_after_the_error():
     assert [int(x) for b in loader for x in b[:, 0]] == list(range(16))
     loader._inner._iterator._shutdown_workers()  # persistent: stopped here, not at exit
     loader.close()  # its slots (the failed epoch's were unlinked when it failed)
+
+
+def hang_at_start(marker: str | None, worker_id: int, hung: int = 0) -> None:
+    """Worker ``hung``'s init blocks without CPU: in the first pool only (``marker``, made
+    by the first such worker started), or in every pool (``marker`` None)."""
+    if worker_id != hung:
+        return
+    if marker is not None:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return  # a restarted pool's worker runs normally
+    r, _ = os.pipe()
+    os.read(r, 1)  # never written: sleeps, no CPU, no task done
+
+
+@pytest.mark.parametrize("hung", [0, 1])
+def test_a_worker_stuck_at_start_restarts_the_pool(hung, tmp_path, monkeypatch, caplog):
+    """Worker ``hung`` never starts: the loop waits for batch ``hung`` (its first task)."""
+    monkeypatch.setattr(stuck_start, "START_S", 1.0)
+    hang = functools.partial(hang_at_start, str(tmp_path / "first"), hung=hung)
+    loader = DataLoader(
+        Rows(n=32),
+        batch_size=4,
+        shuffle=True,
+        num_workers=2,
+        seed=0,
+        worker_init_fn=hang,
+        watchdog_s=60,
+    )
+    order = list(DataLoader(range(32), batch_size=4, shuffle=True, seed=0))  # no workers
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="unstall"):
+        it = iter(loader)
+        pid = it._torch_iter._workers[hung].pid
+        got = [int(x) for b in it for x in b[:, 0]]
+    assert time.monotonic() - t0 < 20  # the watchdog's bound is 60 s
+    assert got == [int(x) for b in order for x in b]  # every sample once, in the seed's order
+    lines = [r.getMessage() for r in caplog.records if "stuck at start" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert f"worker {hung} (pid {pid}) stuck at start" in lines[0]
+    assert f"at batch {hung} of epoch 0" in lines[0]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
+
+def test_past_its_restarts_the_bound_stands(monkeypatch, caplog):
+    monkeypatch.setattr(stuck_start, "START_S", 0.5)
+    hang = functools.partial(hang_at_start, None)  # every pool's worker 0 hangs
+    loader = DataLoader(Rows(n=16), batch_size=4, num_workers=2, worker_init_fn=hang, watchdog_s=2)
+    with (
+        caplog.at_level(logging.WARNING, logger="unstall"),
+        pytest.raises(LoaderStuckError, match=r"worker 0: pid \d+, sleeping"),
+    ):
+        list(loader)
+    lines = [r.getMessage() for r in caplog.records if "stuck at start" in r.getMessage()]
+    assert len(lines) == stuck_start.RESTARTS, lines

@@ -25,6 +25,7 @@ from unstall.loader.failures import is_task_error, raise_if_failed
 from unstall.loader.handoff import SlotHandoff, unpack
 from unstall.loader.position import Cursor
 from unstall.loader.stats import CpuMeter, LoaderStats
+from unstall.loader.stuck_start import StuckAtStart
 from unstall.loader.worker_death import release_stuck_locks, retire_on_worker_death
 from unstall.models.batch import batch_size_of
 
@@ -211,7 +212,7 @@ class EpochIterator(_Timed):
             if self._stage is None:
                 if self._handoff is not None:
                     self._handoff.reclaim()  # slots of batches nothing references any more
-                batch, timing = next(self._torch_iter)
+                batch, timing = self._pull()
             else:
                 batch = self._device_step(t0)
         except StopIteration:
@@ -238,6 +239,14 @@ class EpochIterator(_Timed):
             self._tuner.observe(self, wait, timing if self._stage is None else self._last_timing)
         return batch
 
+    def _pull(self) -> Any:
+        """The next batch from the workers; a worker stuck at start restarts them first."""
+        while True:
+            try:
+                return next(self._torch_iter)
+            except StuckAtStart as stuck:  # its pool stopped: the epoch goes on on a new one
+                stuck.restart(self)
+
     def _received(self, batch: Any) -> Any:
         """A pulled batch out of its slot (or unpacked); a worker's failure raised here."""
         raise_if_failed(batch, self._handoff)
@@ -261,7 +270,7 @@ class EpochIterator(_Timed):
         if self._pulled_all:
             return None
         try:
-            batch, timing = next(self._torch_iter)
+            batch, timing = self._pull()
         except StopIteration:
             batch = timing = None
         raise_if_failed(batch, self._handoff)

@@ -13,6 +13,12 @@ slots and the autotuner's last change. Before it raises, the workers are killed 
 iterator shut down (the epoch iterator then unlinks its slots, as after a worker's death),
 so nothing is left behind.
 
+A worker stuck at start (issue 46: one forked while another thread of the parent held a
+lock, e.g. a gloo or queue feeder thread, never runs) is not waited out: once the batch the
+loop waits for is a worker's that is alive, used almost no CPU and made no batch some seconds
+after it started, its pool is stopped and the epoch goes on at the same batch on a new pool
+(`unstall.loader.stuck_start`), at most a few times an epoch; then the bound stands.
+
 The bound: ``DataLoader(watchdog_s=...)``, else ``$UNSTALL_WATCHDOG_S``, else `DEFAULT_S`;
 0 turns the watchdog off. Once batches have come, it is at least `SCALE` times the slowest
 batch's fetch + prepare time, so a job whose batches are slow by nature is never stopped.
@@ -35,6 +41,7 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter as _Multi
 
 from unstall import machine
 from unstall.errors import UnstallError
+from unstall.loader import stuck_start
 
 #: The bound when none is set [s]: a few minutes.
 DEFAULT_S = 300.0
@@ -144,6 +151,7 @@ class _Watch:
         self._since = time.monotonic()  # the last progress (or the start of this wait)
         self._waiting = False  # in a wait that has seen no batch yet
         self._cpu: dict[int, float] = {}  # worker pid -> CPU seconds at the last progress
+        self.made: set[int] = set()  # workers (ids) a batch came from
 
     # torch's methods, wrapped -------------------------------------------------
     def next_index(self) -> Any:
@@ -162,17 +170,20 @@ class _Watch:
         while True:
             ok, data = read(it, min(POLL_S, max(0.0, deadline - time.monotonic())))
             if ok:
-                self._arrived(data)
+                self._arrived(it, data)
                 return ok, data
             self.check(it)
             if time.monotonic() >= deadline:
                 return ok, data
 
     # --------------------------------------------------------------------------
-    def _arrived(self, data: Any) -> None:
+    def _arrived(self, it: Any, data: Any) -> None:
         self._waiting = False
         self.received += 1
         if isinstance(data, tuple) and len(data) == 2:
+            info = it._task_info.get(data[0])
+            if info:
+                self.made.add(info[0])
             self.sent.pop(data[0], None)
             timing = data[1][1] if isinstance(data[1], tuple) and len(data[1]) == 2 else None
             spent = getattr(timing, "fetch_s", None)
@@ -189,6 +200,7 @@ class _Watch:
 
     def check(self, it: Any) -> None:
         """Raise `LoaderStuckError` (workers stopped first) past the bound with no progress."""
+        stuck_start.check(self.loader(), it, self.made, _proc, _stop_workers)  # may restart
         now = time.monotonic()
         for w in it._workers:
             cpu = _proc(w.pid)[1]
@@ -259,14 +271,19 @@ def _indices(task: Any) -> list[int] | None:
     return None
 
 
-def _proc(pid: int | None) -> tuple[str | None, float | None]:
-    """``(state letter, CPU seconds)`` of process ``pid`` from /proc, ``(None, None)`` if gone."""
+def _proc(pid: int | None, *, with_age: bool = False) -> Any:
+    """``(state letter, CPU seconds)`` of process ``pid`` from /proc, ``(None, None)`` if gone;
+    ``with_age``: its seconds since it started too."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return fields[0], (int(fields[11]) + int(fields[12])) / _TICK
+        out = fields[0], (int(fields[11]) + int(fields[12])) / _TICK
+        if with_age:
+            with open("/proc/uptime") as f:
+                out += (float(f.read().split()[0]) - int(fields[19]) / _TICK,)
+        return out
     except (OSError, IndexError, ValueError):
-        return None, None
+        return (None, None, None) if with_age else (None, None)
 
 
 def _stop_workers(it: Any) -> None:
