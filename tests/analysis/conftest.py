@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -151,3 +152,36 @@ def check_model_rate(report: dict, g: float) -> None:
     rate = report["ingestion_rate"]
     assert 0.5 * g < rate < MODEL_SLOWED * alone, report["runs"]
     assert f"{rate:,.0f} samples/s beside the loader against {alone:,.0f}/s" in slowed[0]
+
+
+def derived_of(num_workers: int, rates, *, stall, measured, unknown) -> Any:
+    """A prep-bound `Derived` over one made-up 800-sample run (no script run): what the report's
+    pure parts (headline, unknown rates) are tested on."""
+    from unstall.analysis.measure.machine import Machine
+    from unstall.analysis.measure.result import Measurement
+    from unstall.analysis.measure.runs import Run
+    from unstall.analysis.rates.result import Derived
+
+    run = Run("cold", 800, 2.0, 1.0, 1.0, 100, 0.0, step_s=[0.02] * 100)
+    m = Measurement(
+        workload="w",
+        mode="workload",
+        runs={"synthetic": run, "cached": run, "cold": run},
+        probe=None,
+        num_workers=num_workers,
+        batch_size=8,
+        num_samples=800,
+        machine=Machine(2, None, False, None),
+        split=False,
+        cached_how="",
+    )
+    measured = run.samples_per_s if measured is None else measured
+    return Derived(
+        measurement=m,
+        rates=rates,
+        stall=stall,
+        measured=measured,
+        fetch_rate=None,
+        bottleneck="prep",
+        unknown=unknown,
+    )

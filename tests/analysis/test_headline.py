@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.analysis.conftest import derived_of
 from unstall.analysis.report.build import cores, sentence
 
 
@@ -16,32 +17,14 @@ def test_cores_are_said_to_one_decimal(n, said):
 
 
 def test_a_prep_bound_headline_rounds_the_share_of_cores():
-    from unstall.analysis.measure.machine import Machine
-    from unstall.analysis.measure.result import Measurement
-    from unstall.analysis.measure.runs import Run
     from unstall.analysis.model.stage import model_of
-    from unstall.analysis.rates.result import Derived, Rates
+    from unstall.analysis.rates.result import Rates
 
-    run = Run("cold", 800, 2.0, 1.0, 1.0, 100, 0.0, step_s=[0.02] * 100)
-    m = Measurement(
-        workload="w",
-        mode="workload",
-        runs={"synthetic": run, "cached": run, "cold": run},
-        probe=None,
-        num_workers=2,
-        batch_size=8,
-        num_samples=800,
-        machine=Machine(2, None, False, None),
-        split=False,
-        cached_how="",
-    )
-    d = Derived(
-        measurement=m,
-        rates=Rates(4317.0, 0.00108, 0.696204, 1.0, 1e12, 0.0),
+    d = derived_of(
+        2,
+        Rates(4317.0, 0.00108, 0.696204, 1.0, 1e12, 0.0),
         stall={"compute": 0.16, "prep": 0.84, "fetch": 0.0},
         measured=712.0,
-        fetch_rate=None,
-        bottleneck="prep",
         unknown={},
     )
     text = sentence(model_of(d))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.analysis.conftest import make_workload, write_files
+from tests.analysis.conftest import derived_of, make_workload, write_files
 from tests.browser import CHROMIUM, NOT_INSTALLED, chromium_flags
 from unstall.analysis import analyze_workload, report_of
 from unstall.analysis.report.html import TITLES
@@ -148,34 +148,16 @@ def test_timeline_tells_waiting_from_fetching(report):
 
 def test_unknown_rates_are_null_with_a_reason():
     """A rate not measured is None with its reason, never infinite; nothing rests on it."""
-    from unstall.analysis.measure.machine import Machine
-    from unstall.analysis.measure.result import Measurement
-    from unstall.analysis.measure.runs import Run
     from unstall.analysis.model.stage import model_of
-    from unstall.analysis.rates.result import Derived, Rates
+    from unstall.analysis.rates.result import Rates
     from unstall.analysis.recommend.stage import advise
     from unstall.analysis.report.build import build_report
 
-    run = Run("cold", 800, 2.0, 1.0, 1.0, 100, 0.0, step_s=[0.02] * 100)
-    m = Measurement(
-        workload="w",
-        mode="workload",
-        runs={"synthetic": run, "cached": run, "cold": run},
-        probe=None,
-        num_workers=4,
-        batch_size=8,
-        num_samples=800,
-        machine=Machine(2, None, False, None),
-        split=False,
-        cached_how="",
-    )
-    d = Derived(
-        measurement=m,
-        rates=Rates(800.0, 0.0, 2.0, 1.0, 1e12, 0.0),
+    d = derived_of(
+        4,
+        Rates(800.0, 0.0, 2.0, 1.0, 1e12, 0.0),
         stall={"compute": 0.5, "prep": 0.5, "fetch": 0.0},
-        measured=run.samples_per_s,
-        fetch_rate=None,
-        bottleneck="prep",
+        measured=None,
         unknown={"prep": "no worker timings", "fetch": "no worker timings"},
     )
     report = build_report(advise(model_of(d)))
