@@ -15,7 +15,6 @@ from typing import Any
 from unstall.adapt.ops import FolderPipeline
 from unstall.adapt.recognize import Recipe
 from unstall.data import FileDataset
-from unstall.errors import SampleError
 from unstall.pipeline.transforms import ImagePipeline
 from unstall.stores import LocalStore
 
@@ -44,12 +43,7 @@ class TorchvisionFolder(FileDataset):
         try:
             return out[0], self.target_transform(out[1])
         except Exception as exc:
-            raise SampleError(
-                f"cannot prepare sample {index} (key {self.keys[index]!r}): target_transform "
-                f"failed: {type(exc).__name__}: {exc}",
-                index=index,
-                key=self.keys[index],
-            ) from exc
+            raise self.sample_error(index, exc, "target_transform") from exc
 
 
 def build_transform(recipe: Recipe, *, output: str) -> ImagePipeline | FolderPipeline:

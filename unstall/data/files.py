@@ -93,15 +93,21 @@ class FileDataset(torch.utils.data.Dataset):
         try:
             x = self.transform(raw) if self.transform is not None else raw
         except Exception as exc:
-            raise SampleError(
-                f"cannot prepare sample {index} (key {self.keys[index]!r}): "
-                f"{type(exc).__name__}: {exc}",
-                index=index,
-                key=self.keys[index],
-            ) from exc
+            raise self.sample_error(index, exc) from exc
         if self.labels is None:
             return x
         return x, int(self.labels[index])
+
+    def sample_error(self, index: int, exc: Exception, step: str = "") -> SampleError:
+        """The error for sample ``index`` whose preparation (``step``, e.g. "target_transform")
+        raised ``exc``: it names the sample, its key and the cause."""
+        where = f"{step} failed: " if step else ""
+        return SampleError(
+            f"cannot prepare sample {index} (key {self.keys[index]!r}): {where}"
+            f"{type(exc).__name__}: {exc}",
+            index=index,
+            key=self.keys[index],
+        )
 
     def __getitem__(self, index: int) -> Any:
         return self.prepare(index, self.fetch([index])[0])
