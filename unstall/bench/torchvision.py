@@ -16,6 +16,8 @@ The rates are wall-clock ones, so a machine shared with other jobs moves them: e
 records the cores other processes kept busy during it (``/proc/stat``'s busy time less this
 run's own), and the analyzer's lean probe gives the load-free figure the ratio rests on on a
 prep-bound machine: CPU per sample of the script's ``dataset[i]`` against unstall's.
+`cpu_by_size` times the two transforms on larger JPEGs too: what the ratio becomes where
+unstall's reduced-scale DCT decode applies (a 224 crop of a 500x375 image never allows it).
 """
 
 from __future__ import annotations
@@ -96,6 +98,91 @@ def _lean_probe(report_path: str) -> dict[str, float] | None:
     return {"own_cpu_ms": round(own, 3), "lean_cpu_ms": round(ours, 3), "ratio": own / ours}
 
 
+#: Image sizes (width, height) `cpu_by_size` times both pipelines on: the bench's, then larger
+#: ones, where a 224 crop is often at least twice the output and unstall decodes it at 1/2 or
+#: 1/4 scale in the DCT.
+SIZES = ((500, 375), (1024, 768), (1600, 1200))
+
+
+def cpu_by_size(images: int = 12) -> list[dict[str, Any]]:
+    """CPU ms per sample of the script's transform (PIL decode + ``RandomResizedCrop(224) +
+    RandomHorizontalFlip + ToTensor + Normalize``) and of unstall's (`ImagePipeline`, float
+    output, as ``prep="lean"`` runs it without a GPU), one thread, on ``images`` JPEGs of each
+    of `SIZES`, two kinds each: ``grain`` (rendered at that size, the bench's texture: fine
+    noise, whose entropy decoding no DCT scale saves) and ``smooth`` (the bench's 500x375
+    image upscaled bicubic, as photos scaled down by a camera are smoother than noise)."""
+    import io
+
+    import torch
+    from PIL import Image
+    from torchvision import transforms
+
+    from unstall.data.synthetic import render_image
+    from unstall.pipeline import ImagePipeline
+    from unstall.pipeline.crop import dct_scale
+
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    theirs = transforms.Compose(
+        [
+            transforms.RandomResizedCrop(224),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize(mean, std),
+        ]
+    )
+    ours = ImagePipeline(224, output="float", mean=mean, std=std, seed=0)
+
+    def script(data: bytes) -> Any:
+        with Image.open(io.BytesIO(data)) as image:
+            return theirs(image.convert("RGB"))
+
+    def cpu_ms(fn: Any, files: list[bytes]) -> float:
+        fn(files[0])  # warm
+        c0 = time.thread_time()
+        for data in files:
+            fn(data)
+        return (time.thread_time() - c0) / len(files) * 1e3
+
+    def jpeg(image: Image.Image) -> bytes:
+        out = io.BytesIO()
+        image.save(out, "JPEG", quality=90)
+        return out.getvalue()
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a loader worker
+    torch.manual_seed(0)
+    rows = []
+    try:
+        bases = [render_image(0, i, classes=10, size=SIZES[0]) for i in range(images)]
+        for size in SIZES:
+            kinds = {
+                "grain": [render_image(0, i, classes=10, size=size) for i in range(images)],
+                "smooth": [
+                    jpeg(Image.open(io.BytesIO(b)).convert("RGB").resize(size, Image.BICUBIC))
+                    for b in bases
+                ],
+            }
+            for kind, files in kinds.items():
+                if size == SIZES[0] and kind == "smooth":
+                    continue  # the same images as grain
+                a, b = cpu_ms(script, files), cpu_ms(ours, files)
+                reduced = sum(dct_scale(ours.draw(f)[0], ours.size) > 1 for f in files * 4)
+                rows.append(
+                    {
+                        "size": f"{size[0]}x{size[1]}",
+                        "kind": kind,
+                        "kb": round(sum(map(len, files)) / len(files) / 1e3),
+                        "script_ms": round(a, 2),
+                        "lean_ms": round(b, 2),
+                        "ratio": round(a / b, 2),
+                        "reduced_dct": round(reduced / (4 * len(files)), 2),
+                    }
+                )
+    finally:
+        torch.set_num_threads(threads)
+    return rows
+
+
 def summarize(as_is: list[float], applied: list[float]) -> dict[str, Any]:
     """The medians of both sides, the pairs' ratios (in run order), their median, and the
     ratio of the medians."""
@@ -128,6 +215,13 @@ def run(
     script += ["--step-ms", str(STEP_MS), "--epochs", "1"]
     py = sys.executable
     say = console.print if console is not None else (lambda *_: None)
+    by_size = cpu_by_size()  # in this process, before any run: nothing else of the bench's
+    for r in by_size:
+        say(
+            f"  CPU per sample, {r['size']} {r['kind']} JPEGs ({r['kb']} KB, "
+            f"{r['reduced_dct']:.0%} of crops decoded at a reduced DCT scale): as is "
+            f"{r['script_ms']:.2f} ms, lean {r['lean_ms']:.2f} ms ({r['ratio']:.2f}x)"
+        )
     with tempfile.TemporaryDirectory(prefix="unstall-bench-tv-") as tmp:
         config, report = os.path.join(tmp, "recommendation.json"), os.path.join(tmp, "report.json")
         say("  unstall analyze --quick (the recommendation)")
@@ -206,6 +300,7 @@ def run(
             "pair_ratios": [round(r, 3) for r in s["pair_ratios"]],
             "others_cores": {k: [round(r["others_cores"], 2) for r in v] for k, v in runs.items()},
             "lean_probe": probe,
+            "cpu_by_size": by_size,
         },
         notes=[
             f"{repeats} alternating pairs of runs, one epoch of {images} images (~500x375 "
@@ -226,5 +321,13 @@ def run(
             ]
             if probe
             else []
-        ),
+        )
+        + [
+            "CPU ms per sample as is -> lean, one thread, by image size (`cpu_by_size`): "
+            + "; ".join(
+                f"{r['size']} {r['kind']} {r['script_ms']:.1f} -> {r['lean_ms']:.1f} "
+                f"({r['ratio']:.2f}x, {r['reduced_dct']:.0%} reduced)"
+                for r in by_size
+            )
+        ],
     )
