@@ -140,7 +140,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._passthrough = iterable
         if self._autotune is not None:
             weakref.finalize(self, self._autotune.close)
-            self._autotune.enabled = not (a["coordinate"] or a["remote"])  # pool stays as started
+            # coordinated preparation: the pool stays as started; with remote workers the
+            # tuner sizes both sides (issue 45), iterable datasets run none (no tuner)
+            self._autotune.enabled = not a["coordinate"]
         if self._passthrough:
             self._fetch_layer = None
             if a["cache"] is not None and a["cache"] is not False:  # issue 40: files cached
