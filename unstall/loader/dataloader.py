@@ -173,6 +173,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self._device_transform = m.device_transform
             self._worker_seeds = m.worker_seeds
             self._coordination, self._remote = m.coordination, m.remote  # issues 18, 45
+            if self._autotune is not None and m.remote is not None:
+                self._autotune.bind_remote(m.remote)  # the tuner sizes both sides
             self._inner = m.torch_loader
             me = weakref.ref(self)  # the starter holds no loader: no reference cycle
             self._starter = EpochStarter(

@@ -118,12 +118,15 @@ class AutoTuner:
         self._raw = weakref.ref(raw)
         if self.tune_workers and self._store is None:
             self._store = resources.inflight_store(loader)
-        remote = getattr(loader, "_remote", None)
-        if self.tune_workers and remote is not None and self._remote is None:
-            self._remote = remote  # local workers first: none in use until they cannot grow
-            remote.use(self.remote)
         self._skip = warmup_batches(self.workers, self.prefetch)  # the pool starts up
         self._reset_window()
+
+    def bind_remote(self, remote: Any) -> None:
+        """Size the loader's remote workers (`extensions.Remote`) too; none in use until the
+        local ones cannot grow (called before the first epoch sends them anything)."""
+        if self.tune_workers and self.enabled:
+            self._remote = remote
+            remote.use(self.remote)
 
     def schedule(self, steps: list[tuple[int, int] | tuple[int, int, int]]) -> None:
         """Test hook: instead of the rule, switch to ``workers`` (and ``prefetch``) once
@@ -301,14 +304,17 @@ class AutoTuner:
         log.info("unstall autotune: %s: %s%s", ", ".join(what), d.why, rates)
         if inflight != was and inflight is not None and self._store is not None:
             self._store.set_inflight(inflight)  # workers take it before their next batch
-        if remote != self.remote:  # no new pool: the remote side sends to that many from now
-            self._remote.use(remote)
-            self.remote = remote
         if d.workers != self.workers or d.prefetch != self.prefetch:
             self._pending = d
+        elif remote != self.remote:  # no new pool: the remote side sends to that many now
+            self._skip = warmup_batches(self.workers + remote, self.prefetch)
+            self._reset_window()
         else:  # the same pool: the batches already asked for run at the old limit
             self._skip = self.workers * self.prefetch
             self._reset_window()
+        if remote != self.remote:
+            self._remote.use(remote)
+            self.remote = remote
 
     def _cursor(self) -> Any:
         it = self._it() if self._it is not None else None
