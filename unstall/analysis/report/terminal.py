@@ -3,6 +3,7 @@ the recommendation and the remedies; all read from the report dict (`build`)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from unstall.analysis.measure.probe import UNLIMITED
@@ -199,5 +200,5 @@ def remote_text(r: dict[str, Any]) -> str:
     return (
         f"{r['remote_workers']} x {r['per_worker_samples_per_s']:,.0f}/s beside the local "
         f"{r['local_samples_per_s']:,.0f}/s up to the {r['bound']} cap; {moved}; config "
-        f"{r['config']}; {r['applies']}; priced, not chosen: {r['why_not_recommended']}"
+        f"{json.dumps(r['config'])}; {r['applies']}; priced, not chosen: {r['why_not_recommended']}"
     )
