@@ -35,7 +35,7 @@ def test_remote_workers_to_the_models_rate_without_a_transfer_measured() -> None
     assert row["remote_workers"] == 6 and row["predicted_samples_per_s"] == 950.0
     assert row["local_samples_per_s"] == 400.0 and row["per_worker_samples_per_s"] == 100.0
     assert row["bound"] == "compute" and row["predicted_speedup"] == 2.38
-    assert row["config"] == {"kwargs": {"remote": {"workers": 6}}}
+    assert row["config"] == {"kwargs": {"num_workers": 4, "remote": {"workers": 6}}}
     assert row["transfer"]["measured"] is False and "upper bound" in row["transfer"]["why"]
     assert Remote.of(row["config"]["kwargs"]["remote"]).workers == 6  # what --config reads
 
@@ -53,7 +53,8 @@ def test_the_trainers_receive_takes_from_its_thread_and_the_local_workers_cores(
     t = row["transfer"]
     assert t["measured"] and t["bytes_per_sample"] == 150528.0
     assert t["receive_cpu_ms_per_sample"] == 0.3 and t["network_mb_per_s"] == 246.0
-    assert row["config"] == {"kwargs": {"remote": {"workers": 17}}}  # 17 x 2 x 1.5 MB < 1 GiB
+    # 17 x 2 batches x 1.5 MB in flight < 1 GiB: no cap raised
+    assert row["config"] == {"kwargs": {"num_workers": 4, "remote": {"workers": 17}}}
     assert "RAY_ADDRESS=10.0.0.1:6379" in row["applies"] and "unstall[ray]" in row["applies"]
     assert row["recommended"] is False
     text = remote_text(row)
@@ -78,6 +79,16 @@ def test_large_batches_raise_the_bytes_in_flight() -> None:
     row = remote_row(Rates(1550.0, **PREP), BASE, 400.0, wire)
     assert row["remote_workers"] == 12
     assert row["config"]["kwargs"]["remote"] == {"workers": 12, "max_bytes_in_flight": "1374MiB"}
+
+
+def test_local_workers_first_at_the_count_recommended():
+    # the job runs 2 workers (200/s); the recommendation 4 (400/s), which fill first
+    job = Config(workers=2, batch_size=10)
+    row = remote_row(Rates(950.0, **PREP), job, 200.0, None)
+    assert (row["remote_workers"], row["local_samples_per_s"]) == (8, 200.0)
+    row = remote_row(Rates(950.0, **PREP), job, 200.0, None, workers=4)
+    assert (row["remote_workers"], row["local_samples_per_s"]) == (6, 400.0)
+    assert row["config"]["kwargs"]["num_workers"] == 4
     Remote.of(row["config"]["kwargs"]["remote"])
 
 

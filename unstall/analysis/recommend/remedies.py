@@ -45,6 +45,7 @@ def remedies(
     gpu_probe: dict[str, Any] | None = None,
     wire: dict[str, Any] | None = None,
     cluster: str | None = None,
+    workers: int | None = None,
 ) -> list[dict[str, Any]]:
     """Each remedy that applies to this bottleneck, with its prediction or why it has none
     (``probe``: the lean pipeline timed beside the job's own ``dataset[i]``; ``cuda``,
@@ -52,7 +53,7 @@ def remedies(
     cache applies to a dataset that opens its files itself, issue 40; ``gpu_probe``: the GPU
     stage's own rate on the job's files, measured on this machine's GPU, issue 47; ``wire``:
     one of the job's batches as a remote worker would ship it, ``cluster``: the Ray cluster
-    named where analyze ran, issue 45)."""
+    named where analyze ran, ``workers``: the local workers recommended, issue 45)."""
     out: list[dict[str, Any]] = []
     if bottleneck == "prep" and "prep" not in unknown:
         out.append(_lean(rates, base, probe, measured))
@@ -73,7 +74,7 @@ def remedies(
         out.append(
             _gpu(cuda, decoder, gpu_probe, rates, base, measured, (probe or {}).get("adapt"))
         )
-        out.append(remote_row(rates, base, measured, wire, cluster=cluster))
+        out.append(remote_row(rates, base, measured, wire, cluster=cluster, workers=workers))
     if bottleneck == "fetch" and "fetch" not in unknown:
         files = files or {}
         if files.get("applies") is not None:

@@ -41,11 +41,15 @@ def remote_row(
     wire: dict[str, Any] | None,
     *,
     cluster: str | None = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """The ``remote`` row: how many remote workers (1 CPU each) bring the job to the lowest
     cap they cannot lift, and the rate predicted with them (``wire``: the job's batch as
     `unstall.analysis.measure.wire.wire_probe` measured it, None where no batch was seen;
-    ``cluster``: the Ray cluster named where analyze ran, ``$RAY_ADDRESS``)."""
+    ``cluster``: the Ray cluster named where analyze ran, ``$RAY_ADDRESS``; ``workers``:
+    the local workers the recommendation runs, which fill first, where not the job's)."""
+    local_workers = base.workers if workers is None else workers
+    base = replace(base, workers=local_workers)
     what = "prepare batches on other machines too: N remote CPUs as Ray actors beside the "
     what += "local workers (DataLoader(remote=unstall.Remote(workers=N)))"
     b = base.batch_size
@@ -126,7 +130,7 @@ def remote_row(
         "assumed": "each remote CPU as fast as this node's (the job's measured CPU per sample "
         "and storage time per batch); the network carries the bytes/s given; Ray's own cost "
         "per object is not included",
-        "config": {"kwargs": {"remote": settings}},
+        "config": {"kwargs": {"num_workers": local_workers, "remote": settings}},
         "applies": _applies(cluster, n),
         "cluster": cluster,
         "recommended": False,

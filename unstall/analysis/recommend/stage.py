@@ -59,6 +59,7 @@ def advise(a: Analysis) -> Advice:
         gpu_probe=m.extra.get("gpu_probe"),
         wire=m.extra.get("wire"),
         cluster=named_cluster(),
+        workers=rec["kwargs"]["num_workers"],
     )
     over = d.extra.get("oversubscription") or {}
     auto = auto_row(
