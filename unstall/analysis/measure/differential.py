@@ -92,4 +92,5 @@ def measure_workload(
         cached_how=cached_how,
         notes=notes,
         cached_hit_rate=hit,
+        extra={"wire": runs["synthetic"].stats.get("wire")},
     )
