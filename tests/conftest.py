@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+#: One intra-op thread for torch in the tests and every process they start (scripts, ranks,
+#: benches): the suite runs two tests at once on two cores, and two processes each spinning
+#: OpenMP threads on both cores make a tiny ResNet step take seconds instead of a tenth
+#: (5 s against 0.5 s measured here). Set before torch is imported; a test may still set its own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
 import torch
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 #: Tests that measure time or rates (they need the cores to themselves), or that compare all of
 #: /dev/shm before and after (another test running beside them would show): the ``serial``

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -29,11 +30,19 @@ BELOW_LOADER = {"errors", "models", "stores", "pipeline"}
 ABOVE_LOADER = {"adapt", "gpu", "coordination", "remote", "distributed", "analysis", "launch", *TOP}
 
 
+@functools.cache
 def _modules() -> dict[str, ast.Module]:
+    """Every module of the package, parsed once for all the tests here (read only)."""
     return {
         str(p.relative_to(ROOT.parent)): ast.parse(p.read_text(), str(p))
         for p in sorted(ROOT.rglob("*.py"))
     }
+
+
+@functools.cache
+def _walk(path: str) -> tuple[ast.AST, ...]:
+    """Every node of one module (`_modules`), listed once for all the tests here."""
+    return tuple(ast.walk(_modules()[path]))
 
 
 def _package(path: str) -> str:
@@ -132,8 +141,8 @@ def test_no_private_attribute_of_another_package_is_used():
     """``obj._x`` where ``_x`` is defined only in other packages (read from the definitions)."""
     modules = _modules()
     defined: dict[str, set[str]] = defaultdict(set)
-    for path, tree in modules.items():
-        for node in ast.walk(tree):
+    for path in modules:
+        for node in _walk(path):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 if _private(node.name):
                     defined[node.name].add(_package(path))
@@ -144,9 +153,9 @@ def test_no_private_attribute_of_another_package_is_used():
             ):
                 defined[node.attr].add(_package(path))
     bad = []
-    for path, tree in modules.items():
+    for path in modules:
         here = _package(path)
-        for node in ast.walk(tree):
+        for node in _walk(path):
             if _getattr_private(node):  # getattr(obj, "_x"): the same reach, spelled out
                 name = node.args[1].value
                 homes = defined.get(name, set())
@@ -213,7 +222,7 @@ def _loader_private_names() -> set[str]:
     it = iter(loader)
     names = {n for obj in (loader, it) for n in dir(obj) if _private(n)}
     for path in ("unstall/loader/dataloader.py", "unstall/loader/iterate.py"):
-        for node in ast.walk(_modules()[path]):
+        for node in _walk(path):
             if (
                 isinstance(node, ast.Attribute)
                 and _private(node.attr)
@@ -232,11 +241,11 @@ def test_nothing_outside_the_loader_reaches_into_the_loader_or_its_iterators():
     names = _loader_private_names()
     assert {"_inner", "_sampler", "_handoff", "_position", "_cursor", "_torch_iter"} <= names
     bad = []
-    for path, tree in _modules().items():
+    for path in _modules():
         pool = path == "unstall/loader/autotune/pool.py"
         if path.startswith("unstall/loader/") and not pool:
             continue
-        for node in ast.walk(tree):
+        for node in _walk(path):
             if _getattr_private(node):
                 name = node.args[1].value
             elif isinstance(node, ast.Attribute) and (
@@ -252,6 +261,7 @@ def test_nothing_outside_the_loader_reaches_into_the_loader_or_its_iterators():
                 continue
             if pool or name in names:
                 bad.append(f"{path}:{node.lineno} {ast.unparse(node)}")
+    assert bad == []
 
 
 #: The one module that reads ``$UNSTALL_*`` variables (the machine's facts and settings).
@@ -300,7 +310,7 @@ def test_unstall_variables_are_read_only_by_the_machine_module():
             for k, v in aliases.items()
             if v.startswith("UNSTALL_")
         ]
-        for node in ast.walk(tree):
+        for node in _walk(path):
             found = None
             if isinstance(node, ast.Call):
                 found = next((v for a in node.args if (v := _unstall_variable(a, aliases))), None)

@@ -83,3 +83,52 @@ def test_a_change_from_outside_is_recorded_never_judged():
     d, s = step(s, _window(3, wait=0.0, util=0.9), Budget(cores=8), now=0.0)
     assert d is None and s.pending is None  # no window before it: nothing to judge
     assert policy.scheduled(s, policy.Decision(3, 2, "schedule"), 3, 2) == (None, s)
+
+
+# Remote workers (issue 45): local ones fill first, remote ones take the overflow ------------
+REMOTE = Budget(cores=2, remote_cap=4)
+
+
+def _remote(workers, remote, *, wait=0.0, util=1.0, remote_busy=None, batches=20):
+    busy = util * workers
+    extra = remote * 1.0 if remote_busy is None else remote_busy
+    return Window(batches, 1.0, wait, busy, busy, 0.0, workers, 2, remote, extra)
+
+
+def test_remote_workers_take_the_overflow_once_the_local_ones_are_at_their_cap():
+    # 2 local CPU-bound workers on 2 cores: at the cap. The loop waits 60 %: its own 20 ms a
+    # batch against 100 ms of task: 5 workers needed, 3 of them remote
+    d, s = step(State(windows=1), _remote(2, 0, wait=0.6), REMOTE, now=0.0)
+    assert (d.workers, d.remote, d.why) == (2, 3, "loop waits, local workers at their cap")
+    # at 3 remote the loop no longer waits: kept, and 5 busy workers keep them all
+    d, s = step(s, _remote(2, 3, batches=40), REMOTE, now=1.0)
+    assert d is None and s.pending is None and s.remote_ceiling == policy.UNBOUNDED
+    # with cores free the local pool grows first, the remote one stays unused
+    d, _ = step(State(windows=1), _remote(1, 0, wait=0.6), REMOTE, now=0.0)
+    assert (d.workers, d.remote) == (2, None)
+    # without remote workers nothing is asked at the cap
+    assert step(State(windows=1), _remote(2, 0, wait=0.6), Budget(cores=2), now=0.0)[0] is None
+
+
+def test_remote_workers_that_do_not_pay_are_given_back_and_bounded_for_the_hold():
+    s = replace(State(windows=3), pending=policy.Pending(_remote(2, 0, wait=0.6), None))
+    # 3 remote in use, the same rate and the loop still waiting 50 %: undone to 0
+    d, s = step(s, _remote(2, 3, wait=0.5), REMOTE, now=10.0)
+    assert (d.workers, d.remote, d.why) == (2, 0, GROW_UNDONE)
+    assert (s.remote_ceiling, s.ceiling, s.hold_until) == (0, policy.UNBOUNDED, 10.0 + HOLD_S)
+    assert step(s, _remote(2, 0, wait=0.6), REMOTE, now=11.0)[0] is None  # the bound holds
+    d, s = step(s, _remote(2, 0, wait=0.6), REMOTE, now=10.0 + HOLD_S)
+    assert d.remote == 3 and s.remote_ceiling == policy.UNBOUNDED
+
+
+def test_idle_remote_workers_go_back_before_any_local_one():
+    # local workers busy 25 %, remote ones 0.3 s of task in 1 s: 0.8 busy workers x 1.3 ->
+    # 2, which the 2 local ones give: no remote one kept (two windows in a row, as a shrink)
+    idle = _remote(2, 3, util=0.25, remote_busy=0.3)
+    d, s = step(State(windows=2), idle, REMOTE, now=0.0)
+    assert d is None and s.shrink_votes == 1
+    d, s = step(s, idle, REMOTE, now=1.0)
+    assert (d.workers, d.remote, d.why) == (2, 0, "workers idle")
+    # after which the loop waits and the rate fell: undone, 3 held as the floor
+    d, s = step(s, _remote(2, 0, wait=0.6, batches=10, util=0.25), REMOTE, now=2.0)
+    assert (d.workers, d.remote, d.why, s.remote_floor) == (2, 3, SHRINK_UNDONE, 3)

@@ -255,6 +255,26 @@ def test_an_unchanged_torchvision_style_script_under_unstall_run_config(cluster,
     wait_for(lambda: not alive_actors(), 30, "the script's actors to go")
 
 
+def test_auto_grows_into_remote_workers_once_the_local_ones_are_at_their_cap(cluster):
+    """``num_workers="auto"`` with ``remote=``: no remote worker in use at first; the loop
+    waits (a sleep-bound dataset, a loop that does nothing) and the tuner grows the local
+    pool to its cap, then into the remote workers; the batches stay the local workers' own,
+    each sample once an epoch."""
+    ds = Noisy(1200, sleep_s=0.004)
+    kw = {"batch_size": 4, "shuffle": True, "seed": 5}
+    want = run_epochs(unstall.DataLoader(ds, num_workers=0, **kw), 2)
+    loader = unstall.DataLoader(ds, num_workers="auto", remote=remote(cluster), **kw)
+    got = run_epochs(loader, 2)
+    assert same(got, want)
+    t = loader.stats()["autotune"]
+    grown = [h for h in t["history"] if h.get("remote_workers", [0, 0])[1] > 0]
+    assert grown and grown[0]["remote_workers"][0] == 0, t["history"]
+    assert grown[0]["why"] == "loop waits, local workers at their cap"
+    assert loader.stats()["remote"]["batches"] > 0
+    loader.close()
+    wait_for(lambda: not alive_actors(), 30, "the closed loader's actors to go")
+
+
 def test_a_node_removed_mid_epoch_resends_its_batches(cluster):
     """Last in the module: the cluster keeps one node of 1 CPU after it."""
     ds = Noisy(96, sleep_s=0.02)

@@ -88,9 +88,18 @@ def _case(n: int, remote: Any, repeats: int) -> dict[str, Any]:
         "main_cpu_ms_per_batch": s["main_cpu_ms_per_batch"],
         "process_cpu_ms_per_batch": round(statistics.median(cpus), 3),
         "remote_batches": r.get("batches", 0),
+        # the actors' own time per batch (fetch + prepare, in the task): against the
+        # nominal BATCH x SLEEP_S, what the machine's load adds to the job's own cost
+        "remote_ms_per_batch": _remote_ms(r),
         "bytes_moved": r.get("bytes", 0),
         "rates": [round(x, 1) for x in rates],
     }
+
+
+def _remote_ms(r: dict[str, Any]) -> float | None:
+    nodes = r.get("nodes") or {}
+    batches = sum(n["batches"] for n in nodes.values())
+    return round(1e3 * sum(n["prep_s"] for n in nodes.values()) / batches, 2) if batches else None
 
 
 def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> BenchResult:
@@ -137,6 +146,9 @@ def run(*, quick: bool, console: Any = None, repeats: int | None = None) -> Benc
         "preparation needs real machines",
         f"remote batches and bytes moved: over all {repeats + 1} epochs of a case (warm-up "
         "included); CPU per batch: the measured epochs",
+        "remote ms per batch: the actors' own time preparing one (nominal "
+        f"{BATCH * SLEEP_S * 1e3:g} ms: the sleep's overshoot and the batch's CPU on this "
+        "loaded machine add to it, for local workers too)",
     ]
     return BenchResult(
         name="remote",

@@ -140,7 +140,9 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._passthrough = iterable
         if self._autotune is not None:
             weakref.finalize(self, self._autotune.close)
-            self._autotune.enabled = not (a["coordinate"] or a["remote"])  # pool stays as started
+            # coordinated preparation: the pool stays as started; with remote workers the
+            # tuner sizes both sides (issue 45), iterable datasets run none (no tuner)
+            self._autotune.enabled = not a["coordinate"]
         if self._passthrough:
             self._fetch_layer = None
             if a["cache"] is not None and a["cache"] is not False:  # issue 40: files cached
@@ -171,6 +173,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self._device_transform = m.device_transform
             self._worker_seeds = m.worker_seeds
             self._coordination, self._remote = m.coordination, m.remote  # issues 18, 45
+            if self._autotune is not None and m.remote is not None:
+                self._autotune.bind_remote(m.remote)  # the tuner sizes both sides
             self._inner = m.torch_loader
             me = weakref.ref(self)  # the starter holds no loader: no reference cycle
             self._starter = EpochStarter(

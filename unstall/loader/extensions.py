@@ -54,6 +54,13 @@ class Remote(Protocol):
     def receive(self, torch_iter: Iterator[Any], epoch: int, start: int) -> Iterator[Any]:
         """The epoch's ``(batch, timing)`` pairs, local and remote, in the plan's order."""
 
+    @property
+    def workers(self) -> int:
+        """The remote workers started: the most the autotuner may use."""
+
+    def use(self, count: int) -> None:
+        """Send new batches to ``count`` remote workers from now on (the autotuner's)."""
+
     def stats(self) -> dict[str, Any]:
         """Sections merged into `DataLoader.stats`."""
 

@@ -69,15 +69,18 @@ class Timing:
     through as they are.
     """
 
-    __slots__ = ("fetch_s", "prep_s", "span")
+    __slots__ = ("fetch_s", "prep_s", "remote", "span")
 
     def __init__(
         self,
         fetch_s: float,
         prep_s: float,
         span: tuple[int, float, float, float, float, int, float] | None = None,
+        *,
+        remote: bool = False,
     ):
         self.fetch_s, self.prep_s, self.span = fetch_s, prep_s, span
+        self.remote = remote  # prepared by a remote worker (issue 45)
 
     def __iter__(self) -> Iterator[float]:
         return iter((self.fetch_s, self.prep_s))

@@ -157,7 +157,7 @@ class EpochRun:
         batch = from_wire(out.payload)
         transfer = time.perf_counter() - t0
         self.owner.counters.received(actor.node, out.nbytes, out.fetch_s + out.prep_s, transfer)
-        self.arrived[job.b] = (batch, Timing(out.fetch_s, out.prep_s))
+        self.arrived[job.b] = (batch, Timing(out.fetch_s, out.prep_s, remote=True))
 
     def _lost(self, actor: Any, job: Job, exc: BaseException) -> None:
         o = self.owner

@@ -79,10 +79,26 @@ class RemoteWorkers:
         run.top_up()
         return Merged(run, torch_iter)
 
+    @property
+    def workers(self) -> int:
+        """The remote workers started (``Remote(workers=N)``): the most the loader uses."""
+        return self.settings.workers
+
+    @property
+    def in_use(self) -> int:
+        return self.pool.in_use
+
+    def use(self, count: int) -> None:
+        """Send new batches to ``count`` of the workers from now on (0 to `workers`): the
+        autotuner's choice. Batches already sent finish where they are."""
+        self.pool.in_use = max(0, min(int(count), self.settings.workers))
+
     def stats(self) -> dict[str, Any]:
         if not self.pool.closed:
             self.pool.check()  # actors up by now count as up
-        return self.counters.as_dict(self.settings.workers, self.pool.up_count(), self.address)
+        out = self.counters.as_dict(self.settings.workers, self.pool.up_count(), self.address)
+        out["remote"]["workers_in_use"] = self.pool.in_use
+        return out
 
     def close(self) -> None:
         """Drop the epoch in progress and kill the actors; safe to call twice."""

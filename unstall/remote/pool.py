@@ -69,6 +69,9 @@ class ActorPool:
         self.shipment_ref = shipment_ref  # kept: a restarted actor is rebuilt from it
         self.actors = [Actor(cls.options(**options).remote(), n) for n in range(remote.workers)]
         self.inflight: dict[Any, tuple[Actor, Any]] = {}
+        #: actors sent new batches (the autotuner's choice under ``num_workers="auto"``:
+        #: the first this many that are up; the others stay started, idle)
+        self.in_use = remote.workers
         for actor in self.actors:
             self._probe(actor)
         self.closed = False
@@ -150,8 +153,10 @@ class ActorPool:
         return was_up
 
     def free_actor(self) -> Actor | None:
-        """The up actor with the fewest batches running, if it has room for one more."""
-        room = [a for a in self.actors if a.up and a.running < self.remote.tasks_per_worker]
+        """The up actor in use with the fewest batches running, if it has room for one
+        more (a lost actor's place goes to the next one up)."""
+        used = [a for a in self.actors if a.up][: self.in_use]
+        room = [a for a in used if a.running < self.remote.tasks_per_worker]
         return min(room, key=lambda a: a.running) if room else None
 
     def up_count(self) -> int:

@@ -93,5 +93,8 @@ def measure_workload(
         cached_how=cached_how,
         notes=notes,
         cached_hit_rate=hit,
-        extra={"lean_probe": lean_probe(work.dataset, job_samples(work.dataset))},
+        extra={
+            "wire": runs["synthetic"].stats.get("wire"),
+            "lean_probe": lean_probe(work.dataset, job_samples(work.dataset)),
+        },
     )

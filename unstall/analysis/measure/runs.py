@@ -19,6 +19,7 @@ import torch
 
 from unstall.analysis.measure.procstat import machine_busy_s, workers_cpu
 from unstall.analysis.measure.steady import burst_depth, loader_worker_pids
+from unstall.analysis.measure.wire import wire_probe
 from unstall.analysis.measure.workload import Workload
 from unstall.loader import DataLoader
 
@@ -155,6 +156,7 @@ def synthetic_run(work: Workload, warmup: int, steps: int, **kw: Any) -> Run:
     it = iter(loader)
     batch = next(it)
     del it
+    wire = wire_probe(batch)  # what the batch would cost to ship from a remote worker
     if work.to_device is not None:
         batch = work.to_device(batch)
 
@@ -162,7 +164,10 @@ def synthetic_run(work: Workload, warmup: int, steps: int, **kw: Any) -> Run:
         while True:
             yield batch
 
-    return train_loop("synthetic", repeat(), work.step, warmup=warmup, steps=steps, **kw)
+    run = train_loop("synthetic", repeat(), work.step, warmup=warmup, steps=steps, **kw)
+    if wire is not None:
+        run.stats["wire"] = wire
+    return run
 
 
 def loader_run(

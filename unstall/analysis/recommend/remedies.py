@@ -15,7 +15,10 @@ short measurements on the job's own samples, never assumed:
 - ``cache``: the disk tier or peers for a fetch-bound job (the samples come from local
   disk from the second epoch); for a script's own dataset that opens the files it lists,
   the node cache of those whole files under ``unstall run --config``, or why it cannot
-  apply (issue 40: `unstall.analysis.measure.script.files`).
+  apply (issue 40: `unstall.analysis.measure.script.files`);
+- ``remote``: N remote CPUs (Ray actors) beside the local workers, priced from the
+  measured CPU per sample and the transfer timed on one of the job's batches
+  (`unstall.analysis.recommend.remote`; issue 45).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from unstall.analysis.model.predict import Config, predict
 from unstall.analysis.rates.result import Rates
+from unstall.analysis.recommend.remote import remote_row
 
 
 def remedies(
@@ -39,12 +43,17 @@ def remedies(
     decoder: str | None = None,
     files: dict[str, Any] | None = None,
     gpu_probe: dict[str, Any] | None = None,
+    wire: dict[str, Any] | None = None,
+    cluster: str | None = None,
+    workers: int | None = None,
 ) -> list[dict[str, Any]]:
     """Each remedy that applies to this bottleneck, with its prediction or why it has none
     (``probe``: the lean pipeline timed beside the job's own ``dataset[i]``; ``cuda``,
     ``decoder``: the machine's GPU decode, as measured; ``files``: whether the file-level
     cache applies to a dataset that opens its files itself, issue 40; ``gpu_probe``: the GPU
-    stage's own rate on the job's files, measured on this machine's GPU, issue 47)."""
+    stage's own rate on the job's files, measured on this machine's GPU, issue 47; ``wire``:
+    one of the job's batches as a remote worker would ship it, ``cluster``: the Ray cluster
+    named where analyze ran, ``workers``: the local workers recommended, issue 45)."""
     out: list[dict[str, Any]] = []
     if bottleneck == "prep" and "prep" not in unknown:
         out.append(_lean(rates, base, probe, measured))
@@ -65,6 +74,7 @@ def remedies(
         out.append(
             _gpu(cuda, decoder, gpu_probe, rates, base, measured, (probe or {}).get("adapt"))
         )
+        out.append(remote_row(rates, base, measured, wire, cluster=cluster, workers=workers))
     if bottleneck == "fetch" and "fetch" not in unknown:
         files = files or {}
         if files.get("applies") is not None:

@@ -9,6 +9,7 @@ from typing import Any
 from unstall.analysis.model.stage import Analysis
 from unstall.analysis.recommend.auto import auto_row, with_auto
 from unstall.analysis.recommend.remedies import remedies, with_lean
+from unstall.analysis.recommend.remote import named_cluster
 from unstall.analysis.recommend.search import file_cache_advice, recommend
 
 
@@ -56,6 +57,9 @@ def advise(a: Analysis) -> Advice:
         decoder=m.machine.gpu_decoder,
         files=files,
         gpu_probe=m.extra.get("gpu_probe"),
+        wire=m.extra.get("wire"),
+        cluster=named_cluster(),
+        workers=rec["kwargs"]["num_workers"],
     )
     over = d.extra.get("oversubscription") or {}
     auto = auto_row(

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from unstall.analysis.report.terminal import auto_text
+from unstall.analysis.report.terminal import auto_text, remote_text
 from unstall.analysis.report.timeline import LOOP, lane_order, lanes, write_trace
 
 COLORS = {
@@ -184,7 +184,12 @@ def _recommendation(report: dict[str, Any]) -> str:
             if r.get("predicted_samples_per_s") is not None
             else e(r.get("not_measured") or r.get("not_applicable") or "not measured")
         )
-        items.append(f"<li><b>{e(r['remedy'])}</b>: {e(r['what'])}: {gain}</li>")
+        more = (
+            f"<br><small>{e(remote_text(r))}</small>"
+            if r.get("config") and (r["remedy"] == "remote")
+            else ""
+        )
+        items.append(f"<li><b>{e(r['remedy'])}</b>: {e(r['what'])}: {gain}{more}</li>")
     if items:
         text += "<h3>Remedies that change the pipeline</h3><ul>" + "".join(items) + "</ul>"
     v = report.get("verified")

@@ -3,6 +3,7 @@ the recommendation and the remedies; all read from the report dict (`build`)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from unstall.analysis.measure.probe import UNLIMITED
@@ -72,6 +73,8 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
             else r.get("not_measured") or r.get("not_applicable") or "not measured"
         )
         console.print(escape(f"  remedy [{r['remedy']}]: {r['what']}: {gain}"))
+        if r["remedy"] == "remote" and r.get("config"):
+            console.print(escape(f"    {remote_text(r)}"))
     if len(report.get("loaders") or []) > 1:
         console.print(_loaders_table(report["loaders"]))
     v = report.get("verified")
@@ -181,3 +184,21 @@ def _kwargs(kwargs: dict[str, Any]) -> str:
     for k, v in kwargs.items():
         parts.append(f"cache=unstall.Cache({v})" if k == "cache" else f"{k}={v!r}")
     return ", ".join(parts)
+
+
+def remote_text(r: dict[str, Any]) -> str:
+    """The remote row's transfer, config and what it needs, in one line (issue 45)."""
+    t = r["transfer"]
+    if t.get("measured"):
+        moved = (
+            f"{t['bytes_per_sample']:,.0f} bytes/sample, received at "
+            f"{t['receive_cpu_ms_per_sample']:g} ms CPU/sample, {t['network_mb_per_s']:,g} MB/s "
+            "over the network"
+        )
+    else:
+        moved = t["why"]
+    return (
+        f"{r['remote_workers']} x {r['per_worker_samples_per_s']:,.0f}/s beside the local "
+        f"{r['local_samples_per_s']:,.0f}/s up to the {r['bound']} cap; {moved}; config "
+        f"{json.dumps(r['config'])}; {r['applies']}; priced, not chosen: {r['why_not_recommended']}"
+    )

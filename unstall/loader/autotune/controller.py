@@ -9,7 +9,10 @@ a change (the new pool filling up) are not measured; the tuner keeps watching (c
 that change, cores that other processes take). Where the dataset's store lets its
 requests in flight be turned (`S3Store.set_inflight`), a fetch-bound loop whose requests
 queue at the limit gets more requests per worker once the workers cannot grow; that
-change needs no new pool. ``schedule`` (tests) replaces the rule with fixed steps.
+change needs no new pool. With ``remote=`` (issue 45) the walk also decides how many of the
+loader's remote workers get new batches (local ones first, remote ones the overflow); that
+change needs no new pool either: the remote side (`extensions.Remote.use`) sends to that
+many from its next batch. ``schedule`` (tests) replaces the rule with fixed steps.
 """
 
 from __future__ import annotations
@@ -95,6 +98,8 @@ class AutoTuner:
         self._walk = policy.State()  # judging, votes, bounds held (`policy.step`)
         self._store: Any = None  # the dataset's store, where its requests in flight turn
         self._queued = 0
+        self._remote: Any = None  # the loader's remote workers (issue 45), where tuned
+        self.remote = 0  # of which in use
         self._budget = Budget(self._cores)
         if tune_workers:  # ranks of one job on this node start within their share
             ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
@@ -115,6 +120,13 @@ class AutoTuner:
             self._store = resources.inflight_store(loader)
         self._skip = warmup_batches(self.workers, self.prefetch)  # the pool starts up
         self._reset_window()
+
+    def bind_remote(self, remote: Any) -> None:
+        """Size the loader's remote workers (`extensions.Remote`) too; none in use until the
+        local ones cannot grow (called before the first epoch sends them anything)."""
+        if self.tune_workers and self.enabled:
+            self._remote = remote
+            remote.use(self.remote)
 
     def schedule(self, steps: list[tuple[int, int] | tuple[int, int, int]]) -> None:
         """Test hook: instead of the rule, switch to ``workers`` (and ``prefetch``) once
@@ -147,7 +159,9 @@ class AutoTuner:
         self._batches += 1
         self._wait += wait
         span = getattr(timing, "span", None)
-        if span is not None:
+        if getattr(timing, "remote", False):  # a remote worker's: its own task time
+            self._remote_busy += timing.fetch_s + timing.prep_s
+        elif span is not None:
             self._busy += span[3] - span[1]
             self._cpu += span[4]
             self._runq += span[6]
@@ -196,6 +210,8 @@ class AutoTuner:
             self._runq,
             self.workers,
             self.prefetch,
+            self.remote,
+            self._remote_busy,
         )
         budget = self._measure_budget(w, main_cpu)
         self._reset_window()
@@ -225,7 +241,8 @@ class AutoTuner:
         left = resources.cores_left(self._cores, training, o.workers, o.ranks, o.waiting)
         per_worker = self._worker_bytes()
         memory = resources.memory_ceiling(self.workers, per_worker, resources.available_bytes())
-        self._budget = Budget(left, memory, self._idle.idle_cores())
+        remote_cap = self._remote.workers if self._remote is not None else 0
+        self._budget = Budget(left, memory, self._idle.idle_cores(), remote_cap)
         return self._budget
 
     def _worker_bytes(self) -> float | None:
@@ -253,6 +270,9 @@ class AutoTuner:
         }
         if self._store is not None:
             entry["max_inflight"] = [was, inflight]
+        remote = self.remote if d.remote is None or self._remote is None else d.remote
+        if self._remote is not None:
+            entry["remote_workers"] = [self.remote, remote]
         if w is not None:
             entry.update(
                 batches_per_s=round(w.rate, 2),
@@ -270,6 +290,7 @@ class AutoTuner:
                 ("num_workers", self.workers, d.workers),
                 ("prefetch_factor", self.prefetch, d.prefetch),
                 ("requests in flight", was, inflight),
+                ("remote workers", self.remote, remote),
             )
             if old != new
         ]
@@ -285,9 +306,15 @@ class AutoTuner:
             self._store.set_inflight(inflight)  # workers take it before their next batch
         if d.workers != self.workers or d.prefetch != self.prefetch:
             self._pending = d
+        elif remote != self.remote:  # no new pool: the remote side sends to that many now
+            self._skip = warmup_batches(self.workers + remote, self.prefetch)
+            self._reset_window()
         else:  # the same pool: the batches already asked for run at the old limit
             self._skip = self.workers * self.prefetch
             self._reset_window()
+        if remote != self.remote:
+            self._remote.use(remote)
+            self.remote = remote
 
     def _cursor(self) -> Any:
         it = self._it() if self._it is not None else None
@@ -296,7 +323,7 @@ class AutoTuner:
     def _reset_window(self) -> None:
         self._w0, self._c0 = time.perf_counter(), time.process_time()
         self._batches = 0
-        self._wait = self._busy = self._cpu = self._runq = 0.0
+        self._wait = self._busy = self._cpu = self._runq = self._remote_busy = 0.0
 
     # Reporting ---------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -307,6 +334,7 @@ class AutoTuner:
             "num_workers": self.workers,
             "prefetch_factor": self.prefetch,
             "max_inflight": self.inflight,
+            "remote_workers": self.remote if self._remote is not None else None,
             "changes": len(self.history),
             "restart_s": round(self.restart_s, 4),
             "cores": self._cores,

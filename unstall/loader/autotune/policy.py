@@ -15,7 +15,10 @@ what needs more than one:
 * window lengths (`State.window_s`): the first is short (`FIRST_WINDOW_S`: a pool far
   from the right size is plain at once); the one that judges a change lasts
   `JUDGE_SCALE` base windows; once settled they lengthen (to 8x), except while the
-  loop waits (costs went up: react within a window).
+  loop waits (costs went up: react within a window);
+* remote workers (``remote=``, issue 45) are judged the same way: a grow into them that
+  did not pay is undone and the count it left bounds them for `HOLD_S` (they stay started
+  on the cluster, unused); a shrink of them after which the loop waits is undone.
 
 Every constant of the walk is here; the rule's own (`GROW_WAIT`...) are in `rule`.
 """
@@ -74,6 +77,8 @@ class State:
     floor: int = 1  # bounds held after a change that did not pay
     ceiling: int = UNBOUNDED
     inflight_ceiling: int = UNBOUNDED
+    remote_floor: int = 0  # bounds held on the remote workers in use
+    remote_ceiling: int = UNBOUNDED
     hold_until: float = 0.0  # [s] on the caller's clock
     pending: Pending | None = None
 
@@ -120,10 +125,17 @@ def step(
     state = replace(state, windows=state.windows + 1)
     undo, state = _judge(state, w, now)
     if undo is not None:
-        d, state = _change(state, undo, w, w.workers, w.prefetch)
+        d, state = _change(state, undo, w, w.workers, w.prefetch, w.remote)
         return d, replace(state, pending=None)  # an undo is not judged in turn
     if now >= state.hold_until:
-        state = replace(state, floor=1, ceiling=UNBOUNDED, inflight_ceiling=UNBOUNDED)
+        state = replace(
+            state,
+            floor=1,
+            ceiling=UNBOUNDED,
+            inflight_ceiling=UNBOUNDED,
+            remote_floor=0,
+            remote_ceiling=UNBOUNDED,
+        )
     d = decide(
         w,
         budget,
@@ -134,8 +146,10 @@ def step(
         inflight=state.inflight,
         inflight_ceiling=state.inflight_ceiling,
         queued=queued,
+        remote_floor=state.remote_floor,
+        remote_ceiling=state.remote_ceiling,
     )
-    if d is not None and d.workers < w.workers and d.why == IDLE:
+    if d is not None and d.why == IDLE and _shrinks(d, w):
         state = replace(state, shrink_votes=state.shrink_votes + 1)
         if state.shrink_votes < 2:  # a shrink needs two windows in a row
             d = None
@@ -143,7 +157,12 @@ def step(
         state = replace(state, shrink_votes=0)
     if d is None:
         return None, replace(state, settled=state.settled + 1)
-    return _change(state, d, w, w.workers, w.prefetch)
+    return _change(state, d, w, w.workers, w.prefetch, w.remote)
+
+
+def _shrinks(d: Decision, w: Window) -> bool:
+    """Whether ``d`` takes workers away from the pool of ``w``, local or remote."""
+    return d.workers < w.workers or (d.remote is not None and d.remote < w.remote)
 
 
 def scheduled(
@@ -155,10 +174,16 @@ def scheduled(
 
 
 def _change(
-    state: State, d: Decision, before: Window | None, workers: int, prefetch: int
+    state: State,
+    d: Decision,
+    before: Window | None,
+    workers: int,
+    prefetch: int,
+    remote: int = 0,
 ) -> tuple[Decision | None, State]:
     inflight = d.inflight if d.inflight is not None else state.inflight
-    if d.workers == workers and d.prefetch == prefetch and inflight == state.inflight:
+    same_remote = d.remote is None or d.remote == remote
+    if (d.workers, d.prefetch, inflight) == (workers, prefetch, state.inflight) and same_remote:
         return None, state  # nothing changes
     pending = Pending(before, state.inflight)
     state = replace(state, pending=pending, settled=0, shrink_votes=0, inflight=inflight)
@@ -173,18 +198,30 @@ def _judge(state: State, w: Window, now: float) -> tuple[Decision | None, State]
         return None, state
     before, was = last.before, last.inflight
     more_requests = (state.inflight or 0) > (was or 0)
+    more_remote = w.remote > before.remote
     grew = w.workers > before.workers or w.prefetch > before.prefetch or more_requests
+    grew = grew or more_remote
     paid = w.rate >= before.rate * GAIN or w.wait <= before.wait / 2 or w.wait <= PAID_WAIT
+    remote = before.remote if w.remote != before.remote else None  # the undo's remote count
     undo = None
     if grew and not paid:
         if more_requests:
             state = replace(state, inflight_ceiling=was if was is not None else 0)
+        elif more_remote:
+            state = replace(state, remote_ceiling=before.remote)
         else:
             state = replace(state, ceiling=before.workers)
-        undo = Decision(before.workers, before.prefetch, GROW_UNDONE, was)
-    elif w.workers < before.workers and w.wait > GROW_WAIT and w.rate < before.rate / GAIN:
-        state = replace(state, floor=before.workers)
-        undo = Decision(before.workers, before.prefetch, SHRINK_UNDONE, was)
+        undo = Decision(before.workers, before.prefetch, GROW_UNDONE, was, remote)
+    elif (
+        (w.workers < before.workers or w.remote < before.remote)
+        and w.wait > GROW_WAIT
+        and w.rate < before.rate / GAIN
+    ):
+        if w.remote < before.remote:
+            state = replace(state, remote_floor=before.remote)
+        else:
+            state = replace(state, floor=before.workers)
+        undo = Decision(before.workers, before.prefetch, SHRINK_UNDONE, was, remote)
     if undo is not None:
         state = replace(state, hold_until=now + HOLD_S)
     return undo, state

@@ -22,6 +22,12 @@ requests queued at the limit, no room for more workers but half a core idle -> t
 requests in flight; with
 ``prefetch_factor="auto"``, the loop waits while the workers idle (bursty costs) -> more
 tasks in flight.
+
+Remote workers (``remote=``, issue 45) take the overflow: the loop still waits and the local
+workers cannot grow (at their cap, no idle core, or crowded) -> more of the remote workers
+used (the workers the measured costs need less the local ones, at least one more, at most
+``Remote(workers=N)``); the loop does not wait and workers idle -> fewer remote workers
+first, local ones only once no remote one is in use.
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ class Window:
     runq_s: float  # workers' time runnable, waiting for a core
     workers: int
     prefetch: int
+    remote: int = 0  # remote workers in use (issue 45)
+    remote_busy_s: float = 0.0  # their task time over the window (fetch + prepare there)
 
     @property
     def rate(self) -> float:
@@ -93,6 +101,7 @@ class Budget:
     cores: int
     memory_workers: int = 1 << 16
     idle: float | None = None  # the node's idle cores (None: not measured)
+    remote_cap: int = 0  # remote workers the loader has (``Remote(workers=N)``; 0: none)
 
     @property
     def cap(self) -> int:
@@ -132,6 +141,7 @@ class Decision:
     prefetch: int
     why: str
     inflight: int | None = None  # requests in flight per worker (None: not tuned)
+    remote: int | None = None  # remote workers to use (None: as they are)
 
 
 def decide(
@@ -145,6 +155,8 @@ def decide(
     inflight: int | None = None,
     inflight_ceiling: int = MAX_INFLIGHT,
     queued: bool = False,
+    remote_floor: int = 0,
+    remote_ceiling: int = MAX_WORKERS,
 ) -> Decision | None:
     """The pool to switch to after window ``w`` under ``budget``, or None (keep it).
 
@@ -152,7 +164,8 @@ def decide(
     that did not pay (settling), inside the budget's cap. ``inflight``: the requests in
     flight per worker now, where the store lets them be turned (else None);
     ``inflight_ceiling`` its bound held after a raise that did not pay; ``queued``: requests
-    waited for a slot over the window (the limit binds: raising it can pay).
+    waited for a slot over the window (the limit binds: raising it can pay);
+    ``remote_floor`` / ``remote_ceiling``: the bounds held on the remote workers in use.
     """
     n, p = w.workers, w.prefetch
     cap = core_cap(w, budget)
@@ -183,8 +196,35 @@ def decide(
         return Decision(n, p, "loop waits on requests", min(top_inflight, 2 * (inflight or 1)))
     if tune_prefetch and waiting and w.util < BURSTY_UTIL and p < MAX_PREFETCH:
         return Decision(n, min(MAX_PREFETCH, p + 2), "loop waits while workers idle", inflight)
+    if tune_workers and budget.remote_cap > 0:
+        d = _remote(w, budget, waiting, inflight, remote_floor, remote_ceiling)
+        if d is not None or w.remote > remote_floor:
+            return d  # remote workers in use go back before any local one
     if tune_workers and not waiting and n > max(floor, 1):
         need = max(1, math.ceil(w.util * n * HEADROOM))
         if need < n:
             return Decision(max(need, floor, 1), p, IDLE, inflight)
+    return None
+
+
+def _remote(
+    w: Window, budget: Budget, waiting: bool, inflight: int | None, floor: int, ceiling: int
+) -> Decision | None:
+    """The remote workers to use (issue 45), the local ones unable to grow: while the loop
+    waits, as many as the measured costs need beyond the local ones (at least one more);
+    while workers idle, the busy ones plus `HEADROOM` less the local ones."""
+    n, p, r = w.workers, w.prefetch, w.remote
+    top = min(budget.remote_cap, max(ceiling, 0))
+    own = max(w.wall_s - w.wait_s, 1e-3 * w.batches) / max(w.batches, 1)
+    if waiting and r < top:
+        task = (max(w.busy_s - w.runq_s, 0.0) + w.remote_busy_s) / max(w.batches, 1)
+        need = math.ceil(task / own) - n if own > 0 else top
+        return Decision(
+            n, p, "loop waits, local workers at their cap", inflight, min(top, max(r + 1, need))
+        )
+    if not waiting and r > floor and w.wall_s > 0:
+        busy = (w.busy_s + w.remote_busy_s) / w.wall_s  # workers busy, local and remote
+        keep = max(floor, math.ceil(busy * HEADROOM) - n, 0)
+        if keep < r:
+            return Decision(n, p, IDLE, inflight, keep)
     return None

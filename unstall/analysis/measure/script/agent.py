@@ -216,6 +216,7 @@ class Agent:
             "lean_probe": lean_probe(loader.dataset, samples) if self.mode == "cold" else None,
             "file_cache": file_cache_facts(loader.dataset) if self.mode == "cold" else None,
             "prefilled": self.prefilled,
+            "wire": _wire(watch) if self.mode == "synthetic" else None,
             "timeline": [s for s in timeline if window.covers(s[1])],
             "stats": {k: v for k, v in stats.items() if k != "per_epoch"},
             "loaders": [_summary(w, w is watch) for w in self.watches.values()],
@@ -264,6 +265,15 @@ def _worker_pids(watch: Watch) -> list[int] | None:
     only the preparing thread's), and for an iterable dataset's workers, whose batches carry
     no timings, all there is."""
     return loader_worker_pids(watch.loader)
+
+
+def _wire(watch: Watch) -> dict[str, Any] | None:
+    """The synthetic run's batch, as a remote worker would ship it (the remote remedy's
+    transfer cost)."""
+    from unstall.analysis.measure.wire import wire_probe
+
+    batch = getattr(watch, "batch", None)
+    return wire_probe(batch) if batch is not None else None
 
 
 def _batch_len(batch: Any) -> int:
