@@ -5,9 +5,9 @@ The script is ``examples/torchvision_imagefolder.py`` (``ImageFolder`` +
 ``RandomResizedCrop(224) + RandomHorizontalFlip + ToTensor + Normalize``, float32 batches made
 by 2 workers, ``.to(device)`` in the loop) with a simulated model that holds each batch
 ``--step-ms`` (fast enough that the job is prep-bound). First ``unstall analyze --quick``
-runs it and writes its recommendation (``recommendation.json``); every file is then read once
-(the analyzer's cold run evicted some from the page cache: the first timed run would pay for
-reading them again), and the script runs as it is and under ``unstall run --config
+runs it and writes its recommendation (``recommendation.json``); every file is then read once,
+so that no timed run reads from storage (the analyzer's cold run evicts files from the page
+cache), and the script runs as it is and under ``unstall run --config
 recommendation.json``, in pairs alternating which goes first. The headline ratio is the median
 of the pairs' ratios (samples/s under the recommendation over samples/s as it is; goal >= 2),
 both sides' medians are given too.
@@ -242,7 +242,7 @@ def run(
                 f"  the analyzer's probe: {probe['own_cpu_ms']:.2f} ms of CPU per sample as is, "
                 f"{probe['lean_cpu_ms']:.2f} ms lean ({probe['ratio']:.2f}x less)"
             )
-        _read_all(data)  # the analyzer's cold run evicted files: read them back before timing
+        _read_all(data)  # in the page cache before any timed run (the analyzer evicts files)
         plain = [py, *script]
         under = [py, "-m", "unstall", "run", "--config", config, "--", py, *script]
         runs: dict[str, list[dict[str, float]]] = {"as_is": [], "applied": []}
