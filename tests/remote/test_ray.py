@@ -22,6 +22,8 @@ import torch
 import unstall
 from tests.remote.datasets import Noisy, NotOnTheNodes
 
+#: The module's tests share one cluster (conftest.py) and run in order on one process of the
+#: parallel half (tests/conftest.py `ONE_PROCESS`).
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -152,8 +154,15 @@ def test_an_actor_killed_mid_epoch_resends_its_batches(cluster, caplog):
     loader.close()
 
 
+def own_shm(pid: int, namespace: str) -> set[str]:
+    """unstall's shared-memory files of one trainer process: its hand-off slots (named with
+    its pid) and its cache segments (named with its namespace); other tests beside this one
+    make their own."""
+    return {n for n in os.listdir("/dev/shm") if f"-p{pid}-" in n or namespace in n}
+
+
 def test_sigint_mid_epoch_leaves_no_actors_and_no_shared_memory(cluster, tmp_path):
-    shm_before = set(os.listdir("/dev/shm"))
+    namespace = f"sigint{os.getpid()}"
     script = tmp_path / "train.py"
     script.write_text(
         textwrap.dedent(
@@ -174,6 +183,7 @@ def test_sigint_mid_epoch_leaves_no_actors_and_no_shared_memory(cluster, tmp_pat
         )
     )
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env["UNSTALL_SHM_NAMESPACE"] = namespace
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env)
     try:
         assert proc.stdout is not None
@@ -184,7 +194,7 @@ def test_sigint_mid_epoch_leaves_no_actors_and_no_shared_memory(cluster, tmp_pat
     finally:
         proc.kill()
     wait_for(lambda: not alive_actors(), 30, "no actor left after SIGINT")
-    assert set(os.listdir("/dev/shm")) - shm_before == set()
+    assert own_shm(proc.pid, namespace) == set()
 
 
 FOLDER_SCRIPT = """
