@@ -43,6 +43,9 @@ def test_builtin_workload_end_to_end(tmp_path, capsys):
     # decoding 500x375 JPEGs on 2 cores cannot feed a 4,000/s model: prep-bound
     assert report["bottleneck"] == "prep", report["stall"]
     assert report["ingestion_rate"] > 3000
+    # the lean remedy priced on the folder's own files (unstall's ImageFolder lists them)
+    lean = next(r for r in report["remedies"] if r["remedy"] == "lean")
+    assert "not_measured" not in lean and lean["probe"]["samples"] >= 4, lean
     assert json.loads(config.read_text())["kwargs"] == report["recommendation"]["kwargs"]
     printed = capsys.readouterr().out
     assert "Prep-bound" in printed and "What if workers=1" in printed

@@ -1,10 +1,15 @@
 """issue 49 in the analyzer: lean recommended as a config where it pays, P never under the
-delivered rate, no ``auto`` price over a window too short. Pure functions: milliseconds."""
+delivered rate, no ``auto`` price over a window too short (pure functions: milliseconds); the
+lean probe finds the files of unstall's own ImageFolder as of torchvision's (a few decodes)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import torchvision
+
+from tests.conftest import write_jpegs
+from unstall.analysis.measure.lean import job_samples, lean_probe
 from unstall.analysis.model.predict import Config, prep_capacity
 from unstall.analysis.rates.result import Rates
 from unstall.analysis.rates.script import delivered_floor
@@ -70,3 +75,30 @@ def test_auto_is_not_priced_over_a_window_too_short() -> None:
     assert short["predicted_samples_per_s"] is None and not short["recommended"]
     assert "0.2 s" in short["not_measured"] and "settling" not in short
     assert unpriced_if_short(auto, 20.0) is auto
+
+
+def test_lean_probe_finds_the_files_unstall_and_torchvision_folders_list(tmp_path, monkeypatch):
+    """``unstall analyze --data`` measures unstall's ImageFolder: the probe reads its keys (the
+    listing it already has, no walk of the folder again) and times the same ImagePipeline in
+    uint8 beside it; torchvision's ImageFolder is found by its ``samples``."""
+    from unstall.data import ImageFolder
+    from unstall.pipeline import ImagePipeline
+
+    root = write_jpegs(tmp_path, 6, classes=2, seed=0)
+    (root / "c0" / "notes.txt").write_text("not an image")
+    ours = ImageFolder(root, transform=ImagePipeline(112, flip_p=0.0))
+    for walk in ("os.walk", "os.scandir", "os.listdir"):  # its own list, not the folder again
+        monkeypatch.setattr(walk, _no_walk)
+    found = job_samples(ours)
+    assert found == [(str(root / ours.keys[i]), i) for i in range(6)]
+    monkeypatch.undo()
+    probe = lean_probe(ours, found)
+    assert probe is not None and probe["samples"] == 6
+    assert probe["own_cpu_s"] > 0 and probe["lean_cpu_s"] > 0
+    assert probe["adapt"] is None and probe["adapt_refused"] is None  # not a torchvision one
+    theirs = torchvision.datasets.ImageFolder(root)
+    assert job_samples(theirs) == [(path, i) for i, (path, _) in enumerate(theirs.samples)]
+
+
+def _no_walk(*args, **kwargs):
+    raise AssertionError("the folder was walked again")

@@ -60,11 +60,16 @@ def image_key(index: int, *, images: int, classes: int) -> str:
     return f"class_{index % classes:0{cw}d}/img_{index:0{iw}d}.jpg"
 
 
-def render_image(seed: int, index: int, *, classes: int, quality: int = 90) -> bytes:
-    """The JPEG bytes of image ``index``: a function of (seed, index, classes, quality) only."""
+def render_image(
+    seed: int, index: int, *, classes: int, quality: int = 90, size: tuple[int, int] | None = None
+) -> bytes:
+    """The JPEG bytes of image ``index``: a function of (seed, index, classes, quality) only.
+    ``size``: ``(width, height)`` instead of the drawn shape (the same texture at any size)."""
     rng = np.random.default_rng([seed, index])
     palette = np.random.default_rng([seed, 1_000_003, index % classes])
     width, height = _SHAPES[int(np.searchsorted(_SHAPE_CDF, rng.random(), side="right"))][:2]
+    if size is not None:
+        width, height = size
     colors = palette.integers(0, 256, (2, 3)) * 0.6 + rng.integers(0, 256, (2, 3)) * 0.4
     angle = rng.uniform(0, 2 * np.pi)
     ramp = (np.cos(angle) * np.arange(width, dtype=np.float32) / width)[None, :] + (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from unstall.analysis.measure.lean import job_samples, lean_probe
 from unstall.analysis.measure.machine import read_machine
 from unstall.analysis.measure.probe import probe_storage
 from unstall.analysis.measure.result import Measurement
@@ -92,5 +93,8 @@ def measure_workload(
         cached_how=cached_how,
         notes=notes,
         cached_hit_rate=hit,
-        extra={"wire": runs["synthetic"].stats.get("wire")},
+        extra={
+            "wire": runs["synthetic"].stats.get("wire"),
+            "lean_probe": lean_probe(work.dataset, job_samples(work.dataset)),
+        },
     )

@@ -31,7 +31,8 @@ class Measurement:
         cached_hit_rate: the cached run's hit rate in unstall's cache.
         docs: a script's documents per mode (its agent's figures), the slowest rank's.
         ranks: a script's ranks, slowest first.
-        extra: a script's loaders, the measured one, its lean probe, pin-memory, window.
+        extra: the lean probe; the built-in workload's wire figures; a script's loaders, the
+            measured one, pin-memory, window.
     """
 
     workload: str

@@ -7,7 +7,7 @@ short measurements on the job's own samples, never assumed:
 
 - ``lean``: unstall's `ImagePipeline(output="uint8")` (decode at reduced scale, crop,
   flip; normalize on the device), timed beside the job's own ``dataset[i]`` on a few of
-  its JPEGs, in the job's process (`unstall.analysis.measure.script.lean`);
+  its JPEGs, in the job's process (`unstall.analysis.measure.lean`);
 - ``coordinate``: K jobs of a sweep on one node preparing each batch once;
 - ``gpu``: GPU decode, where a GPU decoder and a CUDA device are present (its rate is
   not guessed: the GPU stage timed on the job's files on that machine, or reported as
@@ -157,7 +157,8 @@ def _lean(
             None,
             measured,
             applies=applies,
-            not_measured="the dataset lists no JPEG files (`samples`) to time the pipeline on",
+            not_measured="the dataset lists no JPEG files (torchvision's `samples`, unstall's "
+            "keys over local files) to time the pipeline on",
         )
     ratio = probe["lean_cpu_s"] / probe["own_cpu_s"]
     lean = replace(rates, prep_cpu_s=rates.prep_cpu_s * ratio)

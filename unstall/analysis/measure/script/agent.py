@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from unstall import machine
+from unstall.analysis.measure.lean import job_samples, lean_probe
 from unstall.analysis.measure.procstat import snapshot, workers_cpu
 from unstall.analysis.measure.script import hang
 from unstall.analysis.measure.script.files import evict_listed, file_cache_facts, prefill
-from unstall.analysis.measure.script.lean import job_files, lean_probe
 from unstall.analysis.measure.steady import (
     Handout,
     Window,
@@ -186,7 +186,7 @@ class Agent:
         window = self.window(watch)
         complete = enough(window, min_steps=self.min_steps, min_s=self.min_s)
         loader = watch.loader
-        files = job_files(getattr(loader, "dataset", None))
+        samples = job_samples(getattr(loader, "dataset", None))
         stats = loader.stats() if self.mode != "synthetic" else {}
         timeline = stats.pop("timeline", [])
         doc = {
@@ -212,8 +212,8 @@ class Agent:
             "pin_memory": bool(getattr(loader, "pin_memory", False)),
             "batch_size": getattr(loader, "batch_size", None),
             "dataset": type(getattr(loader, "dataset", None)).__name__,
-            "files": files,
-            "lean_probe": lean_probe(loader.dataset, files) if self.mode == "cold" else None,
+            "files": [path for path, _ in samples],
+            "lean_probe": lean_probe(loader.dataset, samples) if self.mode == "cold" else None,
             "file_cache": file_cache_facts(loader.dataset) if self.mode == "cold" else None,
             "prefilled": self.prefilled,
             "wire": _wire(watch) if self.mode == "synthetic" else None,
