@@ -79,14 +79,58 @@ def start(command: list[str], *, ignore: tuple[int, ...] = (), env=None) -> subp
     )
 
 
+def tree_state(root: int) -> str:
+    """Each process under ``root`` (itself included): its command, state, kernel wait channel
+    and signal masks (blocked, ignored, caught, pending), read from /proc: what a signal
+    that was not acted on met."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    lines, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:160]
+            with open(f"/proc/{pid}/wchan") as f:
+                wchan = f.read()
+            for task in sorted(os.listdir(f"/proc/{pid}/task")):
+                with open(f"/proc/{pid}/task/{task}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+                keep = ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+                masks = " ".join(f"{k}={fields[k].strip()}" for k in keep if k in fields)
+                lines.append(f"pid {pid} task {task} [{cmd}] wchan={wchan} {masks}")
+        except OSError as exc:
+            lines.append(f"pid {pid}: gone ({exc})")
+    return "\n".join(lines)
+
+
 def signalled(proc: subprocess.Popen, *signums: int, timeout: float = 60) -> tuple[str, str]:
-    """Wait until ``proc``'s script says it is ready, send ``signums``; its output."""
+    """Wait until ``proc``'s script says it is ready, send ``signums``; its output. A run that
+    does not end in ``timeout`` fails with where each of its processes was, and how each
+    treats signals."""
     try:
         first = proc.stdout.readline().strip()
         assert first == "ready", (first, proc.stderr.read() if proc.poll() is not None else "")
         for signum in signums:
             proc.send_signal(signum)
-        return proc.communicate(timeout=timeout)
+        try:
+            return proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            state = tree_state(proc.pid)
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise AssertionError(
+                f"not ended {timeout} s after {signums}:\n{state}\nstdout: {out}\n"
+                f"stderr: {err[-2000:]}"
+            ) from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
