@@ -184,7 +184,15 @@ def test_sigint_mid_epoch_leaves_no_actors_and_no_shared_memory(cluster, tmp_pat
     )
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     env["UNSTALL_SHM_NAMESPACE"] = namespace
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env)
+    # SIGINT at its default, as in a terminal's job: a process inherits an ignored SIGINT (a
+    # test run started as a background job of a non-interactive shell has one), and Python
+    # then never raises KeyboardInterrupt (tests/launch/test_signals.py)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"training\n"
