@@ -27,6 +27,9 @@ SERIAL = (
     "tests/bench/test_harness.py",
     "tests/bench/test_filecache.py",
     "tests/models/test_simulated.py",
+    # a Ray cluster of 3 nodes, shared by the module's tests in order: beside the parallel
+    # half its load made a peer request time out (tests/distributed read an item twice)
+    "tests/remote/test_ray.py",
     "tests/cache/test_bench.py",
     "tests/cache/test_lookup_cost.py",
     "tests/cache/test_lifecycle.py",
@@ -55,34 +58,10 @@ NOT_SERIAL = (
 )
 
 
-#: Test modules whose tests run in order on one process of the parallel half: they share
-#: one costly fixture whose later tests change it (the Ray cluster: nodes are taken away).
-ONE_PROCESS = ("tests/remote/test_ray.py",)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``-n N`` hands out tests one by one, except an `ONE_PROCESS` module's, which go whole
-    to one process in order. (xdist's ``--dist loadgroup`` would do it from an ``xdist_group``
-    mark, but its worker side names items through an attribute pytest 9 no longer reads.)"""
-    if config.getvalue("dist") != "load":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ModuleOrTest(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return module if module in ONE_PROCESS else nodeid
-
-    return ModuleOrTest(config, log)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the `SERIAL` tests (by path, so a new test in a timing folder is serial too),
-    less the `NOT_SERIAL` ones (by test id); put the `ONE_PROCESS` modules first."""
+    less the `NOT_SERIAL` ones (by test id)."""
     root = Path(str(config.rootpath))
-    # the `ONE_PROCESS` modules first: their chain of tests starts with the run, not at its end
-    items.sort(key=lambda item: not item.nodeid.startswith(ONE_PROCESS))
     for item in items:
         path = Path(str(item.path)).relative_to(root).as_posix()
         test_id = path + "::" + item.nodeid.split("::", 1)[-1]

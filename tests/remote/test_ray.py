@@ -22,8 +22,7 @@ import torch
 import unstall
 from tests.remote.datasets import Noisy, NotOnTheNodes
 
-#: The module's tests share one cluster (conftest.py) and run in order on one process of the
-#: parallel half (tests/conftest.py `ONE_PROCESS`).
+#: The module's tests share one cluster (conftest.py) and run in order, in the serial half.
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[2]
 
