@@ -45,7 +45,7 @@ def to_wire(batch: Any) -> tuple[Any, int]:
             total[0] += len(x)
         return x
 
-    return _walk(leaf, batch), total[0]
+    return walk(leaf, batch), total[0]
 
 
 def from_wire(payload: Any) -> Any:
@@ -56,17 +56,19 @@ def from_wire(payload: Any) -> Any:
             return torch.from_numpy(np.array(x.array, copy=True))
         return x
 
-    return _walk(leaf, payload)
+    return walk(leaf, payload)
 
 
-def _walk(fn: Callable[[Any], Any], batch: Any) -> Any:
+def walk(fn: Callable[[Any], Any], batch: Any) -> Any:
+    """``batch`` with ``fn`` applied to each leaf of its tuples, lists, dicts and namedtuples:
+    the structures a batch crosses the wire in."""
     kind = type(batch)
     if kind is tuple:
-        return tuple(_walk(fn, x) for x in batch)
+        return tuple(walk(fn, x) for x in batch)
     if kind is list:
-        return [_walk(fn, x) for x in batch]
+        return [walk(fn, x) for x in batch]
     if kind is dict:
-        return {k: _walk(fn, v) for k, v in batch.items()}
+        return {k: walk(fn, v) for k, v in batch.items()}
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple batch
-        return kind(*(_walk(fn, x) for x in batch))
+        return kind(*(walk(fn, x) for x in batch))
     return fn(batch)

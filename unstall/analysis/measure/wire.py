@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from unstall.models.batch import batch_size_of
-from unstall.remote.wire import from_wire, to_wire
+from unstall.remote.wire import from_wire, to_wire, walk
 
 #: Times the receive is repeated (median): a batch is copied in milliseconds.
 REPEATS = 5
@@ -47,12 +47,10 @@ def wire_probe(batch: Any) -> dict[str, Any] | None:
 
 def _on_host(batch: Any) -> Any:
     """``batch`` with its device tensors copied to the host (remote batches travel there)."""
-    if isinstance(batch, torch.Tensor):
-        return batch.cpu() if batch.device.type != "cpu" else batch
-    if type(batch) in (tuple, list):
-        return type(batch)(_on_host(x) for x in batch)
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(_on_host(x) for x in batch))
-    if isinstance(batch, dict):
-        return {k: _on_host(v) for k, v in batch.items()}
-    return batch
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.device.type != "cpu":
+            return x.cpu()
+        return x
+
+    return walk(leaf, batch)
