@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.utils.data
 
-from unstall.bench.harness import BenchResult, measure
+from unstall.bench.harness import BenchResult, frozen_heap, measure
 
 DESCRIPTION = "num_workers='auto' vs the best fixed num_workers of a sweep (1..2x cores)"
 GOAL_RATIO = 0.92
@@ -264,16 +264,8 @@ def _s3_job(n: int, top: int, say: Callable[..., Any]) -> dict[str, dict[str, An
 
 
 def run(*, quick: bool, console: Any = None) -> BenchResult:
-    # Each run ends in a full collection (its loader's cycles freed before the next one): with
-    # torch imported that walks ~200k objects, 0.3-0.5 s a run on a busy 2-core machine, more
-    # than a tiny run itself. The objects alive now are not the runs' garbage: frozen, the
-    # collections walk only what the runs made.
-    gc.collect()
-    gc.freeze()
-    try:
+    with frozen_heap():  # each run ends in a full collection: only the runs' objects walked
         return _run(quick=quick, console=console)
-    finally:
-        gc.unfreeze()
 
 
 def _run(*, quick: bool, console: Any) -> BenchResult:
