@@ -23,7 +23,11 @@ TOP = {"bench", "cli", "testing"}
 #: A package may re-export lazily (``_HOMES`` + these): its names load on first use.
 LAZY = {"__getattr__", "__dir__"}
 #: The packages whose import cost matters enough for that (the root loads for every command).
-LAZY_PACKAGES = {"unstall/__init__.py", "unstall/pipeline/__init__.py"}
+LAZY_PACKAGES = {
+    "unstall/__init__.py",
+    "unstall/loader/__init__.py",  # the launcher checks a config file without torch
+    "unstall/pipeline/__init__.py",
+}
 #: Packages that sit below the loader: they never import it.
 BELOW_LOADER = {"errors", "models", "stores", "pipeline"}
 #: Packages that serve the loader's options from above (`unstall.loader.extensions`).

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from tests.analysis.conftest import analyze_here
-from unstall.loader.settings import load_overrides
+from unstall.loader.config_file import load_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,8 +20,8 @@ def unstall_run(*command: str, tmp_path: Path):
     )  # fmt: skip
 
 
-def test_the_launcher_imports_nothing_heavy_before_it_execs(tmp_path):
-    # the modules loaded at the moment `unstall run` would become the command
+def launcher_modules(tmp_path: Path, *options: str) -> set[str]:
+    """The modules loaded at the moment `unstall run OPTIONS` would become the command."""
     code = (
         "import os, sys\n"
         "def execve(path, argv, env):\n"
@@ -29,14 +29,18 @@ def test_the_launcher_imports_nothing_heavy_before_it_execs(tmp_path):
         "    os._exit(0)\n"
         "os.execve = execve\n"
         "from unstall.cli import main\n"
-        "main(['run', '--', sys.executable, '-c', 'pass'])\n"
+        f"main(['run', *{list(options)!r}, '--', sys.executable, '-c', 'pass'])\n"
     )
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    modules = set(done.stdout.split())
+    return set(done.stdout.split())
+
+
+def test_the_launcher_imports_nothing_heavy_before_it_execs(tmp_path):
+    modules = launcher_modules(tmp_path)
     assert {"unstall.cli.run", "unstall.launch.command"} <= modules
     assert sorted(m for m in modules if m.split(".")[0] in HEAVY) == []
     assert sorted(m for m in modules if m.startswith("unstall.")) == [
@@ -47,6 +51,25 @@ def test_the_launcher_imports_nothing_heavy_before_it_execs(tmp_path):
         "unstall.launch",
         "unstall.launch.command",
     ]
+
+
+def test_a_config_file_is_checked_without_torch(tmp_path):
+    """``--config`` is read and checked before the command starts (a bad file fails there),
+    without torch: its import was 2.4 s of every such launch."""
+    import json
+
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"kwargs": {"num_workers": 2, "cache": "64MiB"}}))
+    modules = launcher_modules(tmp_path, "--config", str(config))
+    assert "unstall.loader.config_file" in modules
+    # the file's cache size is checked by building its `unstall.Cache` (numpy, psutil): no torch
+    assert {m.split(".")[0] for m in modules} & set(HEAVY) <= {"numpy", "psutil"}
+    config.write_text(json.dumps({"kwargs": {"batch_size": 7}}))
+    done = subprocess.run(
+        [sys.executable, "-m", "unstall", "run", "--config", str(config), "--", "true"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode != 0 and "batch_size" in done.stdout + done.stderr
 
 
 def test_a_command_that_is_not_python_leaves_nothing_behind(tmp_path):

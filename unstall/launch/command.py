@@ -49,7 +49,7 @@ def run_env(
     if json_path:
         env["UNSTALL_RUN_JSON"] = str(Path(json_path).resolve())
     if config_path:
-        from unstall.loader.settings import load_overrides
+        from unstall.loader.config_file import load_overrides
 
         load_overrides(config_path)  # a bad file fails here, before the program starts
         env["UNSTALL_CONFIG"] = str(Path(config_path).resolve())

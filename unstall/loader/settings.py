@@ -8,12 +8,11 @@ frozen object that the machinery is built from.
 
 ``unstall run --config FILE`` sets ``$UNSTALL_CONFIG=FILE``; every unstall loader made in
 that process tree then takes the file's ``kwargs`` over the script's own
-(`config_overrides`): how a recommendation reaches an unchanged script.
+(`unstall.loader.config_file`): how a recommendation reaches an unchanged script.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +20,8 @@ from typing import Any
 import torch
 import torch.utils.data
 
-from unstall import machine
-from unstall.loader.cache_binding import CacheBinding, cache_of, resolve_cache
+from unstall.loader.cache_binding import CacheBinding, resolve_cache
+from unstall.loader.config_file import config_overrides
 from unstall.loader.device import resolve_device
 
 #: unstall's own arguments: not for iterable datasets, which torch's machinery runs.
@@ -40,20 +39,6 @@ EXTRAS = (
 )
 #: Values ``prep`` takes (None: chosen by device and dataset).
 PREPS = ("auto", "cpu", "gpu", "hybrid")
-#: Arguments a config file may set (plain values; ``cache`` is a capacity).
-_SETTABLE = (
-    "num_workers",
-    "prefetch_factor",
-    "persistent_workers",
-    "pin_memory",
-    "zero_copy",
-    "prep",
-    "device",
-    "seed",
-    "cache",
-    "coordinate",
-    "remote",
-)
 
 
 @dataclass(frozen=True)
@@ -216,42 +201,3 @@ def apply_config(dataset: Any, a: dict[str, Any]) -> Any:
 
         dataset = extensions.get("adapt")(dataset, a)
     return dataset
-
-
-def config_overrides() -> dict[str, Any]:
-    """Keyword arguments from ``$UNSTALL_CONFIG`` (a JSON file with a ``kwargs`` object)."""
-    path = machine.config_path()
-    return load_overrides(path) if path else {}
-
-
-def load_overrides(path: str) -> dict[str, Any]:
-    """The ``kwargs`` of the JSON file at ``path``, checked; ``cache`` becomes a `Cache`
-    (`unstall.loader.cache_binding.cache_of`), 0 none."""
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"UNSTALL_CONFIG={path!r} cannot be read as JSON: {exc}") from exc
-    kwargs = doc.get("kwargs", doc) if isinstance(doc, dict) else None
-    if not isinstance(kwargs, dict):
-        raise ValueError(f"UNSTALL_CONFIG={path!r} must hold a JSON object of DataLoader kwargs")
-    unknown = sorted(set(kwargs) - set(_SETTABLE))
-    if unknown:
-        raise ValueError(
-            f"UNSTALL_CONFIG={path!r} sets {unknown}, which a config cannot set; "
-            f"use some of {list(_SETTABLE)}"
-        )
-    out = dict(kwargs)
-    if out.get("num_workers") == 0:
-        out.setdefault("prefetch_factor", None)
-        out.setdefault("persistent_workers", False)
-    if out.get("cache") not in (None, 0, "0"):
-        out["cache"] = cache_of(out["cache"])
-    elif "cache" in out:
-        out["cache"] = None
-    return out
-
-
-def settable() -> list[str]:
-    """The keyword arguments a config file may set."""
-    return list(_SETTABLE)

@@ -93,7 +93,7 @@ def prefill(loader: Any) -> dict[str, Any] | None:
         return None
     from unstall.cache.files import drop_page_cache
     from unstall.loader.cache_binding import resolve_cache
-    from unstall.loader.settings import load_overrides
+    from unstall.loader.config_file import load_overrides
 
     try:
         setting = load_overrides(config).get("cache")
