@@ -18,6 +18,7 @@ import contextlib
 import multiprocessing
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import time
@@ -39,7 +40,10 @@ def server(preload: tuple[str, ...] = PRELOAD) -> Iterator[Any]:
     try:
         yield ctx
     finally:
-        forkserver._forkserver._stop()  # its only stop (its own tests use it)
+        server = forkserver._forkserver
+        if server._forkserver_pid is not None:  # started: nothing of it is needed any more
+            os.kill(server._forkserver_pid, signal.SIGKILL)  # (its exit would unload torch)
+        server._stop()  # reaps it (Python's own tests stop it so)
 
 
 def _main(argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) -> None:
