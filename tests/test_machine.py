@@ -49,3 +49,23 @@ def test_environment_is_put_back(monkeypatch):
     with machine.environment({"UNSTALL_TIMELINE": "1"}):
         assert machine.timeline()
     assert not machine.timeline() and "UNSTALL_TIMELINE" not in os.environ
+
+
+def test_cpu_ticks_count_only_the_cores_this_process_may_use():
+    """Pinned to one core, the busy and idle time are that core's line of /proc/stat; over the
+    whole affinity, their sum (what moved between the reads: a few ticks a core)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    per = []
+    try:
+        for cpu in cpus:
+            os.sched_setaffinity(0, {cpu})
+            per.append(machine.cpu_ticks())
+        os.sched_setaffinity(0, set(cpus))
+        every = machine.cpu_ticks()
+    finally:
+        os.sched_setaffinity(0, set(cpus))
+    assert every is not None and all(t is not None for t in per)
+    moved = every.busy + every.idle - sum(t.busy + t.idle for t in per)
+    assert 0 <= moved <= 50 * len(cpus)  # at most half a second a core between the reads
+    if len(cpus) > 1:  # one core's figures are not the machine's
+        assert all(t.busy + t.idle < every.busy + every.idle for t in per)

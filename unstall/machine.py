@@ -64,6 +64,47 @@ def cores_available() -> int:
     return max(1, cores)
 
 
+class CpuTicks(NamedTuple):
+    """CPU time of the cores this process may run on, since boot [Unit: clock tick]."""
+
+    busy: int  # running anything (user, nice, system, irq, softirq, steal)
+    idle: int  # idle or waiting on I/O
+
+
+def cpu_ticks() -> CpuTicks | None:
+    """`CpuTicks` summed over the CPUs of this process's affinity, from ``/proc/stat``'s
+    per-CPU lines; None where not readable. A job pinned to some cores (``taskset``, a
+    cpuset) sees what runs on those, not the load on cores it cannot use (the whole-machine
+    line would count that as contention)."""
+    try:
+        mine = {f"cpu{c}" for c in os.sched_getaffinity(0)}
+    except (AttributeError, OSError):
+        mine = None
+    busy = idle = 0
+    seen = False
+    try:
+        with open("/proc/stat", "rb") as f:
+            for raw in f:
+                if not raw.startswith(b"cpu"):
+                    break
+                name, *fields = raw.split()
+                if name == b"cpu" or (mine is not None and name.decode() not in mine):
+                    continue
+                values = [int(x) for x in fields[:8]]
+                free = values[3] + (values[4] if len(values) > 4 else 0)
+                busy += sum(values) - free
+                idle += free
+                seen = True
+    except (OSError, ValueError):
+        return None
+    return CpuTicks(busy, idle) if seen else None
+
+
+def clock_tick_s() -> float:
+    """Seconds per ``/proc/stat`` clock tick."""
+    return 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+
 def _cgroup_quota() -> float | None:
     """The cgroup's CPU quota in cores, or None (no limit, or not readable)."""
     try:

@@ -77,6 +77,22 @@ def shm_clean() -> Iterator[None]:
     assert not left, f"left in /dev/shm: {sorted(left)}"
 
 
+@pytest.fixture
+def own_shm_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A shared-memory directory of this test's own (``$UNSTALL_SHM_DIR``, inherited by the
+    runs it starts): every slot and segment unstall makes there is the test's, so "nothing
+    left behind" is checked on it alone while other tests run beside (the parallel half).
+    Removed after, with whatever a failing test left in it."""
+    import shutil
+    import uuid
+
+    path = Path("/dev/shm") / f"ustest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    monkeypatch.setenv("UNSTALL_SHM_DIR", str(path))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

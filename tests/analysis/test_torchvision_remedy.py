@@ -102,3 +102,33 @@ def test_lean_probe_finds_the_files_unstall_and_torchvision_folders_list(tmp_pat
 
 def _no_walk(*args, **kwargs):
     raise AssertionError("the folder was walked again")
+
+
+def test_data_mode_p_is_never_under_the_delivered_rate_either() -> None:
+    """`unstall analyze --data`: workers timed at 10 ms of CPU a sample (P = 2 / 0.01 =
+    200/s on 2 workers) that delivered 400/s: P is raised to the delivered rate, said once."""
+    from unstall.analysis.measure.machine import Machine
+    from unstall.analysis.measure.result import Measurement
+    from unstall.analysis.measure.runs import Run
+    from unstall.analysis.rates.workload import derive_workload
+
+    # a span: (.., start 3, .., end 5, CPU seconds 6, samples 7, run-queue seconds 8)
+    spans = [(0.0, 0.0, 0.0, 0.0, 0.0, 0.08, 0.08, 8, 0.0)] * 100
+    fast = Run("synthetic", 800, 0.4, 0.0, 0.4, 100, 0.0, step_s=[0.004] * 100)
+    cold = Run("cold", 800, 2.0, 1.0, 1.0, 100, 0.0, spans=spans, step_s=[0.02] * 100)
+    m = Measurement(
+        workload="w",
+        mode="workload",
+        runs={"synthetic": fast, "cached": cold, "cold": cold},
+        probe=None,
+        num_workers=2,
+        batch_size=8,
+        num_samples=800,
+        machine=Machine(2, None, False, None),
+        split=False,
+        cached_how="",
+    )
+    d = derive_workload(m)
+    base = Config.of_job(m)
+    assert prep_capacity(d.rates, base) >= 400.0 - 1.0
+    assert [n for n in d.notes if "delivered 400 samples/s" in n], d.notes

@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from unstall import machine
+
 #: /proc/stat counts in clock ticks.
-_TICK = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+_TICK = machine.clock_tick_s()
 
 
 class Snapshot(NamedTuple):
@@ -27,14 +29,10 @@ def snapshot() -> Snapshot:
 
 
 def machine_busy_s() -> float:
-    """CPU seconds every core of the machine spent busy (not idle, not waiting on I/O)."""
-    try:
-        with open("/proc/stat", "rb") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return 0.0
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:8]) - idle) * _TICK
+    """CPU seconds the cores this process may run on spent busy (not idle, not waiting on
+    I/O): `unstall.machine.cpu_ticks`."""
+    ticks = machine.cpu_ticks()
+    return 0.0 if ticks is None else ticks.busy * _TICK
 
 
 def workers_cpu(pids: list[int]) -> tuple[float, float]:

@@ -16,6 +16,7 @@ import math
 from unstall.analysis.measure.result import Measurement
 from unstall.analysis.measure.runs import Run
 from unstall.analysis.rates.result import Derived, Rates
+from unstall.analysis.rates.script import delivered_floor
 
 #: Below this share of stall in the cold run the job is compute-bound.
 COMPUTE_BOUND = 0.10
@@ -32,16 +33,20 @@ def derive_workload(m: Measurement) -> Derived:
         stall = split_by_worker_time(stall, rates)
         if not math.isfinite(fetch_rate):
             unknown["fetch"] = "no I/O wait seen: the workers were computing the whole time"
+    measured = m.runs["cold"].samples_per_s
+    notes = list(m.notes)
+    # as in script mode: P is never under what the workers delivered (issue 49)
+    rates = delivered_floor(rates, m, measured, notes)
     return Derived(
         measurement=m,
         rates=rates,
         stall=stall,
-        measured=m.runs["cold"].samples_per_s,
+        measured=measured,
         fetch_rate=fetch_rate if math.isfinite(fetch_rate) else None,
         bottleneck=stall_bottleneck(stall),
         unknown=unknown,
         shared=m.runs["cold"].other_cores() >= OTHER_CORES,
-        notes=list(m.notes),
+        notes=notes,
         prep_rate_per_worker=1.0 / rates.prep_cpu_s if rates.prep_cpu_s > 0 else None,
     )
 

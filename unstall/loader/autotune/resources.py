@@ -2,9 +2,9 @@
 
 Cores: the CPUs this process may run on (`os.sched_getaffinity`, capped by a cgroup's
 ``cpu.max`` quota), less the cores the training process's own threads keep busy
-(measured: its CPU seconds over the wall time); and the node's idle cores
-(``/proc/stat``): a pool grows only into cores nothing else uses (a neighbour's job,
-a storage server on the same node). Memory: each worker's proportional
+(measured: its CPU seconds over the wall time); and the idle cores among those it may use
+(`unstall.machine.cpu_ticks`): a pool grows only into cores nothing else uses (a
+neighbour's job, a storage server on the same node). Memory: each worker's proportional
 set size (``/proc/PID/smaps_rollup``, RSS where that is missing) against the node's
 ``MemAvailable``: a pool grows only while half of what is available still covers the
 new workers.
@@ -12,7 +12,6 @@ new workers.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -28,20 +27,18 @@ def node_cores() -> int:
 
 
 class IdleMeter:
-    """The node's idle cores over an interval, from ``/proc/stat`` (idle + iowait time)."""
+    """The idle cores over an interval, of those this process may use (`unstall.machine.cpu_ticks`:
+    idle + iowait time)."""
 
     def __init__(self) -> None:
         self._last = self._read()
 
     @staticmethod
     def _read() -> tuple[float, float] | None:
-        try:
-            with open("/proc/stat") as f:
-                fields = f.readline().split()
-            hz = os.sysconf("SC_CLK_TCK")
-            return time.perf_counter(), (int(fields[4]) + int(fields[5])) / hz
-        except (OSError, ValueError, IndexError):
+        ticks = machine.cpu_ticks()
+        if ticks is None:
             return None
+        return time.perf_counter(), ticks.idle * machine.clock_tick_s()
 
     def idle_cores(self) -> float | None:
         """Cores idle on average since the last call (None where not measured)."""
