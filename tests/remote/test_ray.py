@@ -258,7 +258,7 @@ def test_an_unchanged_torchvision_style_script_under_unstall_run_config(cluster,
         Image.fromarray(pixels.numpy()).save(images / f"{i:03d}.png")
     script = tmp_path / "train.py"
     script.write_text(FOLDER_SCRIPT)
-    runs = []  # both at once: the remote run's actors start while the local one runs
+    outputs = []
     for name, extra in (
         ("local", {}),
         ("remote", {"remote": {"address": cluster.address, "workers": 2, "wait_up_s": 120}}),
@@ -268,24 +268,15 @@ def test_an_unchanged_torchvision_style_script_under_unstall_run_config(cluster,
         report = tmp_path / f"{name}-run.json"
         cmd = [sys.executable, "-m", "unstall", "run", "--json", str(report), "--config"]
         cmd += [str(config), "--", sys.executable, str(script), str(images)]
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
-        )
-        runs.append((proc, report, extra))
-    outputs = []
-    for proc, report, extra in runs:
-        try:
-            stdout, stderr = proc.communicate(timeout=150)
-        finally:
-            proc.kill()
-        assert proc.returncode == 0, stderr
-        outputs.append(stdout.splitlines())
-        (process,) = json.loads(report.read_text())["processes"]
-        (row,) = process["loaders"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=150, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout.splitlines())
+        (proc,) = json.loads(report.read_text())["processes"]
+        (row,) = proc["loaders"]
         if extra:
             assert row["remote"]["batches"] > 0, row["remote"]
-            assert "joined the Ray cluster" in stderr
-            assert "prepared by 2 remote workers" in stderr
+            assert "joined the Ray cluster" in done.stderr
+            assert "prepared by 2 remote workers" in done.stderr
     assert len(outputs[0]) == 12 and outputs[0] == outputs[1]
     wait_for(lambda: not alive_actors(), 30, "the script's actors to go")
 
