@@ -60,7 +60,7 @@ def test_quick_settings_on_cpu_stay_tiny():
 
 def test_train_reports_every_variant_and_the_ratio(tmp_path, monkeypatch):
     monkeypatch.setenv("UNSTALL_CACHE_DIR", str(tmp_path / "cache"))
-    settings = TrainSettings("resnet18", "cpu", 4, 64, warmup_steps=1, steps=2, workers=1)
+    settings = TrainSettings("resnet18", "cpu", 4, 32, warmup_steps=1, steps=2, workers=1)
     write_json(run_with(settings), str(tmp_path / "train.json"))
     out = json.loads((tmp_path / "train.json").read_text())
 

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.utils.data
 
-from unstall.bench.harness import BenchResult, measure
+from unstall.bench.harness import BenchResult, frozen_heap, measure
 
 DESCRIPTION = "num_workers='auto' vs the best fixed num_workers of a sweep (1..2x cores)"
 GOAL_RATIO = 0.92
@@ -264,6 +264,11 @@ def _s3_job(n: int, top: int, say: Callable[..., Any]) -> dict[str, dict[str, An
 
 
 def run(*, quick: bool, console: Any = None) -> BenchResult:
+    with frozen_heap():  # each run ends in a full collection: only the runs' objects walked
+        return _run(quick=quick, console=console)
+
+
+def _run(*, quick: bool, console: Any) -> BenchResult:
     from unstall.loader.autotune.resources import node_cores
 
     say = console.print if console is not None else print

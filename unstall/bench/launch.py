@@ -84,7 +84,13 @@ def run(
     console: Any = None,
     repeats: int | None = None,
     script_args: tuple[str, ...] = (),
+    fresh_cache: bool = True,
 ) -> BenchResult:
+    """``fresh_cache``: compile every module (torch's too) into a fresh folder, filled by a
+    warm-up run of each command, as the bench's figures need; False (tests of the bench's
+    shape, whose figures are not asserted): the processes use the compiled modules already
+    there, as their environment says, and nothing is warmed up (compiling torch again took
+    a third of a tiny run)."""
     if not SCRIPT.exists():
         raise FileNotFoundError(
             f"bench launch runs {SCRIPT}, which is not here: run it from a source checkout"
@@ -93,6 +99,8 @@ def run(
     root = str(SCRIPT.parents[1])
     env = dict(os.environ)
     env["PYTHONPATH"] = ":".join(filter(None, [root, env.get("PYTHONPATH", "")]))
+    if not fresh_cache:
+        return _measure(env, repeats, console, script_args, warm_up=False)
     # compiled modules cached, as in any install (a checkout with $PYTHONDONTWRITEBYTECODE
     # would compile unstall's sources in every process and measure that instead)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -105,15 +113,21 @@ def run(
 
 
 def _measure(
-    env: dict[str, str], repeats: int, console: Any, script_args: tuple[str, ...]
+    env: dict[str, str],
+    repeats: int,
+    console: Any,
+    script_args: tuple[str, ...],
+    *,
+    warm_up: bool = True,
 ) -> BenchResult:
     from unstall.launch.command import run_env
 
     py, run_cmd = sys.executable, [sys.executable, "-m", "unstall", "run", "--"]
     train = [py, str(SCRIPT), *script_args]
     tiny = [py, "-c", TINY]
-    _timed(train, env)  # warm-up: the page cache holds torch for both
-    _timed([*run_cmd, *tiny], env)  # and unstall's compiled modules are cached
+    if warm_up:
+        _timed(train, env)  # warm-up: the page cache holds torch for both
+        _timed([*run_cmd, *tiny], env)  # and unstall's compiled modules are cached
     rows: list[dict[str, Any]] = []
 
     def add(case: str, a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from unstall import machine
-from unstall.bench.harness import BenchResult, Measurement, ratio_of, row
+from unstall.bench.harness import BenchResult, Measurement, frozen_heap, ratio_of, row
 from unstall.bench.local import PerSample
 from unstall.bench.train_dali import dali_own
 from unstall.data import ImageFolder
@@ -219,6 +219,11 @@ def run(*, quick: bool, console: Any = None, model: str = "resnet50") -> BenchRe
 
 def run_with(s: TrainSettings, *, console: Any = None) -> BenchResult:
     """Train ``s.model`` from each variant in turn and compare rates with torch and with G."""
+    with frozen_heap():  # a full collection after each variant: only the variants' objects
+        return _run_with(s, console)
+
+
+def _run_with(s: TrainSettings, console: Any) -> BenchResult:
     from unstall.data.synthetic import ensure_demo_dataset
 
     say = console.print if console is not None else (lambda *a: None)

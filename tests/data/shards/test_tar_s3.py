@@ -108,6 +108,28 @@ def test_window_mode_keeps_only_the_window_on_disk(s3_tars):
     assert gets <= 2 * SHARDS * 2  # each shard fetched about once per epoch (one GET each)
 
 
+def test_a_prefetch_landing_after_the_reads_keeps_the_window_budget(s3_tars):
+    """Window mode, the late prefetch forced: a worker's next-batch prefetch lands after its
+    reads have evicted down to the budget (the last batch of an epoch, a slow thread on a
+    busy machine). The landing evicts too: the disk holds the budget, not one shard over
+    (was: 3 shards held against a budget of 2, seen under load)."""
+    import threading
+
+    url, paths, opts = s3_tars
+    biggest = max(p.stat().st_size for p in paths)
+    ds = TarShards(url, shuffle="window", window=1, disk=2 * biggest + 100, **opts)
+    first = [ds.index.shards[s] for s in range(2)]
+    ds.files.ensure(ds.location, first)  # the budget full: two shards
+    assert ds.files.held_bytes() > biggest
+    later = [i for i in range(N) if int(ds.index.sample_shard[i]) == SHARDS - 1]
+    ds.prefetch(later[:4])  # a third shard, in the prefetch thread
+    for thread in threading.enumerate():
+        if thread.name == "unstall-shard-prefetch":
+            thread.join(timeout=30)
+    assert ds.files.have(ds.index.shards[SHARDS - 1])  # it landed, and is kept
+    assert ds.files.held_bytes() <= 2 * biggest + 100
+
+
 def test_a_copy_evicted_before_it_was_opened_is_downloaded_again(s3_tars, monkeypatch):
     """Window mode, the race of two workers forced: right after this worker made a shard
     present (``ensure``), another worker's ``evict`` deletes it, before this one opened it.

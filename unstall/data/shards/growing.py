@@ -120,6 +120,8 @@ class Growth:
             def run() -> None:
                 with contextlib.suppress(Exception):  # the batch's own fetch reports failures
                     ds.files.ensure(ds.location, missing)
+                    if ds.windowed:  # landed after the reads' own evictions: keep the budget
+                        ds.files.evict(ds.disk_budget, keep=missing)
 
             threading.Thread(target=run, daemon=True, name="unstall-shard-prefetch").start()
 
