@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.forked import Forked
+
 REPO = str(Path(__file__).resolve().parents[2])
 
 JOB = r"""
@@ -48,18 +50,14 @@ def run_job(root: Path, n: int, fraction: float) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def start_job(root: Path, n: int, fraction: float) -> tuple[subprocess.Popen, dict]:
-    """Start a job that fills the cache, reports, then hangs (to be killed)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", JOB, str(root), str(n), str(fraction), "hang"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
+def start_job(server, root: Path, n: int, fraction: float) -> tuple[Forked, dict]:
+    """Start a job that fills the cache, reports, then hangs (to be killed), forked from the
+    fork server ``server`` (`tests.forked.server`): torch is imported there once."""
+    argv = ["-c", JOB, str(root), str(n), str(fraction), "hang"]
+    output = Path(root).parent / f"job-{fraction}"
+    proc = Forked(server, argv, env=env(), cwd=Path.cwd(), output=output)
+    line = proc.first_line(timeout=90)
     if not line:
         proc.kill()
-        raise AssertionError(proc.stderr.read()[-3000:] if proc.stderr else "job died")
+        raise AssertionError(proc.output()[1].decode()[-3000:] or "job died")
     return proc, json.loads(line)

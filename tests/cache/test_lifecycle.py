@@ -9,6 +9,7 @@ import signal
 import pytest
 
 import unstall
+from tests import forked
 from tests.cache.conftest import run_epochs, sample_bytes
 from tests.cache.helpers import start_job
 from unstall.cache import SharedMemoryWarning, clear_caches, list_caches
@@ -17,16 +18,21 @@ from unstall.cache.shm import segment
 N, SIZE = 160, 1024
 
 
+@pytest.fixture(scope="module")
+def server():
+    """The killed jobs start forked from here (`tests.forked`): torch imported once."""
+    with forked.server() as ctx:
+        yield ctx
+
+
 def _kill(proc) -> None:
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    for stream in (proc.stdout, proc.stderr):
-        stream.close()
+    assert proc.wait(30) == -signal.SIGKILL
 
 
-def test_killed_jobs_segment_is_reclaimed_and_reused(make_dataset):
+def test_killed_jobs_segment_is_reclaimed_and_reused(make_dataset, server):
     ds = make_dataset(N, SIZE)
-    proc, _report = start_job(ds.store.root, N, 0.5)
+    proc, _report = start_job(server, ds.store.root, N, 0.5)
     _kill(proc)  # SIGKILL: no cleanup ran
     (seg,) = list_caches()
     assert seg["users_alive"] == [] and seg["items_cached"] == N // 2
@@ -46,9 +52,9 @@ def test_killed_jobs_segment_is_reclaimed_and_reused(make_dataset):
     assert list_caches() == []
 
 
-def test_killed_jobs_segment_with_another_capacity_is_replaced(make_dataset):
+def test_killed_jobs_segment_with_another_capacity_is_replaced(make_dataset, server):
     ds = make_dataset(N, SIZE)
-    proc, _report = start_job(ds.store.root, N, 0.25)
+    proc, _report = start_job(server, ds.store.root, N, 0.25)
     _kill(proc)
     with unstall.Cache(0.5) as cache:
         layer = cache.bind(ds)
@@ -60,9 +66,9 @@ def test_killed_jobs_segment_with_another_capacity_is_replaced(make_dataset):
         )
 
 
-def test_clear_removes_stale_segments_only(make_dataset, shm_namespace):
+def test_clear_removes_stale_segments_only(make_dataset, shm_namespace, server):
     ds = make_dataset(N, SIZE)
-    proc, report = start_job(ds.store.root, N, 0.5)
+    proc, report = start_job(server, ds.store.root, N, 0.5)
     stale = report["segments"][0]["name"]
     _kill(proc)
     with unstall.Cache(0.5, name="live") as live:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import unstall
+from tests import forked
 from unstall.coordination import GroupMismatch, group_dir
 
 from .member import Counted, solo
@@ -27,7 +28,18 @@ def _shm_leftovers(name: str) -> list[str]:
     return [n for n in os.listdir(d) if os.path.basename(group_dir(name)) in n]
 
 
-_STARTED: list[subprocess.Popen] = []
+_STARTED: list[forked.Forked] = []
+#: The module's fork server: members start forked from it (`tests.forked`), not as fresh
+#: interpreters that each import torch (seconds of CPU each on 2 cores).
+_SERVER: list = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fork_server():
+    with forked.server((*forked.PRELOAD, "tests.coordination.member")) as ctx:
+        _SERVER.append(ctx)
+        yield
+        _SERVER.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +58,7 @@ def _no_member_left():
         shutil.rmtree(group_dir(group), ignore_errors=True)
 
 
-def _finish(p: subprocess.Popen, timeout: float, want: int | None = 0) -> bool:
+def _finish(p: forked.Forked, timeout: float, want: int | None = 0) -> bool:
     """Wait for member ``p`` (draining its pipes, so a chatty one cannot block); check its
     exit status is ``want`` (None: any), with its output in the message."""
     out, err = p.communicate(timeout=timeout)
@@ -59,7 +71,7 @@ def _finish(p: subprocess.Popen, timeout: float, want: int | None = 0) -> bool:
 START_S = 120
 
 
-def _started(tmp: Path, procs: list[subprocess.Popen]) -> None:
+def _started(tmp: Path, procs: list[forked.Forked]) -> None:
     """Wait until every member has made its loader (its file in the barrier directory)."""
     deadline = time.monotonic() + START_S
     while len(os.listdir(tmp / "barrier")) < len(procs):
@@ -70,7 +82,7 @@ def _started(tmp: Path, procs: list[subprocess.Popen]) -> None:
         time.sleep(0.01)
 
 
-def _stop_after(tmp: Path, procs: list[subprocess.Popen], j: int, *, batches: int) -> None:
+def _stop_after(tmp: Path, procs: list[forked.Forked], j: int, *, batches: int) -> None:
     """SIGSTOP member ``j`` once it has trained on ``batches`` batches (within 30 s of every
     member having started)."""
     _started(tmp, procs)
@@ -91,24 +103,9 @@ def _start(tmp: Path, group: str, k: int, epochs: int = EPOCHS, env_each=None):
     procs = []
     for j in range(k):
         env = dict(os.environ, PYTHONPATH=str(HERE), **(env_each(j) if env_each else {}))
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.coordination.member",
-                    group,
-                    str(tmp / f"m{j}"),
-                    str(epochs),
-                    str(barrier),
-                    str(k),
-                ],
-                cwd=HERE,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-        )
+        argv = ["-m", "tests.coordination.member", group, str(tmp / f"m{j}"), str(epochs)]
+        argv += [str(barrier), str(k)]
+        procs.append(forked.Forked(_SERVER[0], argv, env=env, cwd=HERE, output=tmp / f"m{j}"))
     _STARTED.extend(procs)
     return procs
 

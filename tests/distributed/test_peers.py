@@ -54,7 +54,9 @@ def test_a_frozen_node_rejoins_at_the_next_epoch(cluster, tmp_path):
     once, read its items from storage for the rest of that epoch, and take them from it
     again in epoch 2, once it is back."""
     data = make_data(tmp_path / "data", N)
-    c = cluster(data, pg=True, epochs=3, sleep=0.0, capacity="1MiB", freeze=[3, 1])
+    c = cluster(
+        data, pg=True, epochs=3, sleep=0.0, capacity="1MiB", freeze=[3, 1], peer_timeout_s=1.0
+    )
     deadline = time.monotonic() + 60
     while not (tmp_path / "out" / "frozen-3").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -101,7 +103,9 @@ def test_ram_and_disk_tiers_partitioned_across_nodes(cluster, tmp_path):
 
 def test_killed_and_frozen_peers_cost_a_timeout_then_storage(cluster, tmp_path):
     data = make_data(tmp_path / "data", N)
-    c = cluster(data, token=TOKEN, pg=False, epochs=2, sleep=0.05, capacity="1MiB")
+    c = cluster(
+        data, token=TOKEN, pg=False, epochs=2, sleep=0.05, capacity="1MiB", peer_timeout_s=1.0
+    )
     deadline = time.monotonic() + 60
     while min(c.progress(r) for r in range(WORLD)) < 4 and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -37,6 +37,9 @@ def cluster():
             "num_cpus": 0,
             "object_store_memory": STORE,
             "include_dashboard": False,
+            # no log monitor (it reads every worker's log files for the whole module, to
+            # print their lines here): the tests look at unstall's own log, never at those
+            "include_log_monitor": False,
             # a lost node is noticed in ~5 s, not Ray's default ~15 s (and a node merely slowed
             # by the test running beside this module is not taken for lost)
             "_system_config": {"health_check_period_ms": 1000, "health_check_failure_threshold": 5},

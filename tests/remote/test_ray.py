@@ -40,6 +40,13 @@ def run_epochs(loader, epochs: int = 1, *, stop_after: int | None = None, each=N
     return out
 
 
+def reference(ds: Noisy, epochs: int = 1, num_workers: int = 0, **kw):
+    """The batches of ``epochs`` epochs prepared here (by ``num_workers`` local workers), read
+    without ``ds``'s per-sample sleep: a sample's content does not depend on it."""
+    quick = Noisy(ds.n, bad=ds.bad)
+    return run_epochs(unstall.DataLoader(quick, num_workers=num_workers, **kw), epochs)
+
+
 def same(a, b) -> bool:
     return len(a) == len(b) and all(
         x[0] == y[0] and torch.equal(x[1], y[1]) for x, y in zip(a, b, strict=True)
@@ -74,7 +81,7 @@ def test_same_batches_as_local_workers_exactly_once_and_resume(cluster):
     over 2 epochs, each sample once an epoch; a state saved mid-epoch resumes exactly."""
     ds = Noisy(64, sleep_s=0.002)
     kw = {"batch_size": 4, "shuffle": True, "seed": 11}
-    want = run_epochs(unstall.DataLoader(ds, num_workers=2, **kw), 2)
+    want = reference(ds, 2, num_workers=2, **kw)
     loader = unstall.DataLoader(ds, num_workers=1, remote=remote(cluster), **kw)
     got = run_epochs(loader, 2)
     assert same(got, want)
@@ -89,7 +96,8 @@ def test_same_batches_as_local_workers_exactly_once_and_resume(cluster):
     run_epochs(loader, stop_after=5)
     state = loader.state_dict()
     loader.close()  # its actors hold the cluster's 2 CPUs
-    again = unstall.DataLoader(ds, num_workers=0, remote=remote(cluster), **kw)
+    # one actor is enough to show remote batches in a resumed epoch (each start imports torch)
+    again = unstall.DataLoader(ds, num_workers=0, remote=remote(cluster, workers=1), **kw)
     again.load_state_dict(state)
     rest = run_epochs(again)
     assert same(rest, want[16 + 5 :])
@@ -100,7 +108,8 @@ def test_same_batches_as_local_workers_exactly_once_and_resume(cluster):
 
 def test_a_failing_sample_is_named_and_the_epoch_goes_on(cluster):
     ds = Noisy(32, bad=13)
-    loader = unstall.DataLoader(ds, batch_size=4, seed=1, num_workers=0, remote=remote(cluster))
+    r = remote(cluster, workers=1)  # every batch on it: the failing one too
+    loader = unstall.DataLoader(ds, batch_size=4, seed=1, num_workers=0, remote=r)
     it = iter(loader)
     seen, errors = [], []
     while True:
@@ -138,7 +147,7 @@ def test_a_dataset_the_nodes_cannot_build_is_said_once_and_served_locally(cluste
 def test_an_actor_killed_mid_epoch_resends_its_batches(cluster, caplog):
     ds = Noisy(96, sleep_s=0.02)
     kw = {"batch_size": 4, "shuffle": True, "seed": 4}
-    want = run_epochs(unstall.DataLoader(ds, num_workers=0, **kw))
+    want = reference(ds, **kw)
     loader = unstall.DataLoader(ds, num_workers=1, remote=remote(cluster), **kw)
 
     def kill_one(n: int) -> None:
@@ -279,7 +288,7 @@ def test_auto_grows_into_remote_workers_once_the_local_ones_are_at_their_cap(clu
     each sample once an epoch."""
     ds = Noisy(1200, sleep_s=0.004)
     kw = {"batch_size": 4, "shuffle": True, "seed": 5}
-    want = run_epochs(unstall.DataLoader(ds, num_workers=0, **kw), 2)
+    want = reference(ds, 2, **kw)
     loader = unstall.DataLoader(ds, num_workers="auto", remote=remote(cluster), **kw)
     got = run_epochs(loader, 2)
     assert same(got, want)
@@ -296,7 +305,7 @@ def test_a_node_removed_mid_epoch_resends_its_batches(cluster):
     """Last in the module: the cluster keeps one node of 1 CPU after it."""
     ds = Noisy(96, sleep_s=0.02)
     kw = {"batch_size": 4, "shuffle": True, "seed": 8}
-    want = run_epochs(unstall.DataLoader(ds, num_workers=0, **kw))
+    want = reference(ds, **kw)
     loader = unstall.DataLoader(ds, num_workers=1, remote=remote(cluster), **kw)
     victim = next(n for n in cluster.list_all_nodes() if n is not cluster.head_node)
 
@@ -316,7 +325,7 @@ def test_no_node_left_falls_back_to_local_preparation(cluster, caplog):
     restart, and after ``timeout_s`` the epoch's waiting batches are prepared here."""
     ds = Noisy(64, sleep_s=0.02)
     kw = {"batch_size": 4, "shuffle": True, "seed": 9}
-    want = run_epochs(unstall.DataLoader(ds, num_workers=0, **kw))
+    want = reference(ds, **kw)
     r = remote(cluster, workers=1, timeout_s=2)
     loader = unstall.DataLoader(ds, num_workers=0, remote=r, **kw)
     last = [n for n in cluster.list_all_nodes() if n is not cluster.head_node]
