@@ -29,7 +29,7 @@ from typing import Any
 
 #: Imported once by the fork server (a module that fails to import is skipped there and
 #: imported by each process instead).
-PRELOAD = ("torch", "unstall.loader", "unstall.cache")
+PRELOAD = ("torch", "unstall.loader.dataloader", "unstall.cache")
 
 
 @contextlib.contextmanager
