@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,10 @@ import pytest
 import torch
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+#: torch's ~200k import-time objects out of the collector's way: a full collection (the cache
+#: tests run one after each test to finalize what it dropped, loaders' teardown runs more)
+#: walks only the objects the tests made, 0.3-0.5 s less each. Nothing frozen here is garbage.
+gc.freeze()
 
 #: Tests that measure time or rates (they need the cores to themselves), or that compare all of
 #: /dev/shm before and after (another test running beside them would show): the ``serial``
