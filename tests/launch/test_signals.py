@@ -14,6 +14,7 @@ Python script started so never sees KeyboardInterrupt, under unstall or not
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,7 +26,9 @@ from pathlib import Path
 import pytest
 
 WAITS = """
-import os, signal, sys, time
+import faulthandler, os, signal, sys, time
+
+faulthandler.register(signal.SIGUSR2, all_threads=True)  # a timed-out test asks where it is
 
 def term(signum, frame):
     print("got SIGTERM", flush=True)
@@ -101,6 +104,10 @@ def tree_state(root: int) -> str:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:160]
             with open(f"/proc/{pid}/wchan") as f:
                 wchan = f.read()
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/stack") as f:
+                wchan += " kernel stack: " + " < ".join(
+                    line.split()[-1] for line in f.read().splitlines()[:6]
+                )
             for task in sorted(os.listdir(f"/proc/{pid}/task")):
                 with open(f"/proc/{pid}/task/{task}/status") as f:
                     fields = dict(line.split(":", 1) for line in f if ":" in line)
@@ -125,11 +132,14 @@ def signalled(proc: subprocess.Popen, *signums: int, timeout: float = 60) -> tup
             return proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             state = tree_state(proc.pid)
+            # the script's Python stack (WAITS registers faulthandler on SIGUSR2), to its stderr
+            os.killpg(proc.pid, signal.SIGUSR2)
+            time.sleep(1.0)
             os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
             raise AssertionError(
                 f"not ended {timeout} s after {signums}:\n{state}\nstdout: {out}\n"
-                f"stderr: {err[-2000:]}"
+                f"stderr: {err[-4000:]}"
             ) from None
     finally:
         if proc.poll() is None:
