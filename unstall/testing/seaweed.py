@@ -9,6 +9,7 @@ then SIGKILL), also at interpreter exit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -226,17 +227,14 @@ def _stop_process(
     if os.getpid() != owner:  # a forked child exiting (e.g. a DataLoader worker)
         return
     if proc.poll() is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             if stop_timeout > 0:
                 os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=stop_timeout)
-            else:
-                raise subprocess.TimeoutExpired(proc.args, 0)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        except ProcessLookupError:
-            pass
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=stop_timeout)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
     shutil.rmtree(directory, ignore_errors=True)
 
 
