@@ -50,12 +50,16 @@ def test_example_is_prep_bound_and_the_recommendation_holds(tmp_path):
     assert rec["predicted_samples_per_s"] >= rec["measured_samples_per_s"]
     v = report["verified"]
     assert v["kwargs"] == rec["kwargs"]
-    # the prediction promises at most 15 % more than the re-run gives; a re-run faster than
-    # predicted is this 2-core machine's run-to-run spread (403 then 512/s with the same
-    # 4 workers, in CI here), not a wrong claim
-    assert v["predicted_samples_per_s"] <= 1.15 * v["measured_samples_per_s"], v
     assert v["changed"] == rec["changed"]
     if rec["changed"]:
+        # the prediction promises at most 15 % more than the re-run gives (against the job
+        # re-run just after when the machine slowed between the runs); a re-run faster than
+        # predicted is this 2-core machine's run-to-run spread (403 then 512/s with the same
+        # 4 workers, in CI here), not a wrong claim
+        drift = v["before_samples_per_s"] / v.get(
+            "control_samples_per_s", v["before_samples_per_s"]
+        )
+        assert v["predicted_samples_per_s"] <= 1.15 * drift * v["measured_samples_per_s"], v
         # no slower than the job as it was, or (when the re-run looked slower) than the job
         # re-run right after it: the machine's drift between runs is not the recommendation's
         reference = v.get("control_samples_per_s", v["before_samples_per_s"])
@@ -64,6 +68,10 @@ def test_example_is_prep_bound_and_the_recommendation_holds(tmp_path):
             v["measured_samples_per_s"] < (1 - NOISE) * v["before_samples_per_s"]
         ), v
     else:
-        # the job's own settings kept: the re-run is the same job, its figure the spread
+        # the job's own settings kept: the "prediction" is the job's measured rate (or the
+        # model's figure for it, if higher), and the re-run is the same job: its figure is
+        # the machine's spread (451 then 364/s in CI here), not a claim to hold to 15 %
         assert "keeps the job's settings" in v["verdict"] and "control_samples_per_s" not in v
+        current = max(rec["predicted_current_samples_per_s"], v["before_samples_per_s"])
+        assert v["predicted_samples_per_s"] == pytest.approx(current, rel=0.01), (v, rec)
         assert v["measured_samples_per_s"] >= 0.5 * v["before_samples_per_s"], v
