@@ -26,6 +26,7 @@ import numpy as np
 
 from unstall import machine
 from unstall.data.keys import KeyTable
+from unstall.data.npz import read_npz
 
 #: A directory modified this recently (seconds) may still change within one timestamp tick.
 SETTLE_S = 2.0
@@ -129,12 +130,12 @@ def _save(
 def _load(path: Path, root: Path) -> tuple[KeyTable, np.ndarray, list[str]] | None:
     """The saved index if every directory still has the mtime it had; else None."""
     try:
-        with np.load(path, allow_pickle=False) as saved:
-            dirs, mtimes = saved["dirs"].tolist(), saved["mtimes"]
-            for rel, mtime in zip(dirs, mtimes.tolist(), strict=True):
-                if os.stat(os.path.join(root, rel) if rel else root).st_mtime_ns != mtime:
-                    return None
-            table = KeyTable.from_arrays(saved["blob"].tobytes(), saved["offsets"])
-            return table, saved["labels"], saved["classes"].tolist()
+        saved = read_npz(path)
+        dirs, mtimes = saved["dirs"].tolist(), saved["mtimes"]
+        for rel, mtime in zip(dirs, mtimes.tolist(), strict=True):
+            if os.stat(os.path.join(root, rel) if rel else root).st_mtime_ns != mtime:
+                return None
+        table = KeyTable.from_arrays(saved["blob"].tobytes(), saved["offsets"])
+        return table, saved["labels"], saved["classes"].tolist()
     except (OSError, ValueError, KeyError):
         return None

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from unstall.data.keys import KeyTable
+from unstall.data.npz import read_npz
 from unstall.machine import cache_dir
 
 INDEX_VERSION = 2
@@ -113,22 +114,20 @@ def from_bytes(data: bytes, info: ShardInfo) -> ShardTable | None:
     """The table in ``data`` (a stored index file or object) if it was built from ``info``'s
     size and version, else None: a shard rewritten since is indexed again."""
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            meta = z["meta"].tolist()
-            if meta != [str(INDEX_VERSION), info.key, str(info.size), info.version]:
-                return None
-            keys = KeyTable.from_arrays(z["key_blob"].tobytes(), z["key_offsets"])
-            extra = {k[6:]: z[k] for k in z.files if k.startswith("extra_")}
-            return ShardTable(
-                keys=keys,
-                spans=z["spans"],
-                fields=[str(f) for f in z["fields"].tolist()],
-                first=z["first"],
-                member_field=z["member_field"],
-                member_off=z["member_off"],
-                member_size=z["member_size"],
-                extra=extra,
-            )
+        z = read_npz(data)
+        meta = z["meta"].tolist()
+        if meta != [str(INDEX_VERSION), info.key, str(info.size), info.version]:
+            return None
+        return ShardTable(
+            keys=KeyTable.from_arrays(z["key_blob"].tobytes(), z["key_offsets"]),
+            spans=z["spans"],
+            fields=[str(f) for f in z["fields"].tolist()],
+            first=z["first"],
+            member_field=z["member_field"],
+            member_off=z["member_off"],
+            member_size=z["member_size"],
+            extra={k[6:]: v for k, v in z.items() if k.startswith("extra_")},
+        )
     except (OSError, KeyError, ValueError, EOFError):
         return None
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from unstall.data.keys import KeyTable
+from unstall.data.npz import read_npz
 from unstall.data.shards.index import (
     BESIDE,
     INDEX_VERSION,
@@ -68,10 +69,9 @@ def from_manifest(data: bytes, infos: Sequence[ShardInfo]) -> dict[str, ShardTab
     """The tables of ``infos``' shards that the manifest holds at their current size and
     version, by key (others: absent, to be indexed another way). {} for a bad manifest."""
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            if z["version"].tolist() != [str(INDEX_VERSION)]:
-                return {}
-            arrays = {name: z[name] for name in z.files}
+        arrays = read_npz(data)
+        if arrays["version"].tolist() != [str(INDEX_VERSION)]:
+            return {}
     except (OSError, KeyError, ValueError, EOFError):
         return {}
     want = {(i.key, str(i.size), i.version) for i in infos}
