@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 #: One intra-op thread for torch in the tests and every process they start (scripts, ranks,
-#: benches): the suite runs two tests at once on two cores, and two processes each spinning
+#: benches): the suite runs three tests at once on two cores, and two processes each spinning
 #: OpenMP threads on both cores make a tiny ResNet step take seconds instead of a tenth
 #: (5 s against 0.5 s measured here). Set before torch is imported; a test may still set its own.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -25,8 +25,8 @@ gc.freeze()
 
 #: Tests that measure time or rates (they need the cores to themselves), or that compare all of
 #: /dev/shm before and after (another test running beside them would show): the ``serial``
-#: marker. The suite runs the rest on two processes, then these alone (README, `.ci/run`):
-#: ``pytest -n 2 -m "not serial" && pytest -m serial``.
+#: marker. The suite runs the rest on three processes, then these alone (README, `.ci/run`):
+#: ``pytest -n 3 -m "not serial" && pytest -m serial``.
 SERIAL = (
     "tests/analysis/",
     "tests/bench/test_harness.py",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,7 +132,7 @@ def signalled(proc: subprocess.Popen, *signums: int, timeout: float = 60) -> tup
         try:
             return proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            state = tree_state(proc.pid)
+            state = tree_state(proc.pid) + native_stacks(proc.pid)
             # the script's Python stack (WAITS registers faulthandler on SIGUSR2), to its stderr
             os.killpg(proc.pid, signal.SIGUSR2)
             time.sleep(1.0)
@@ -145,6 +146,30 @@ def signalled(proc: subprocess.Popen, *signums: int, timeout: float = 60) -> tup
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def native_stacks(root: int) -> str:
+    """Each Python process under ``root``: its Python and C stacks (py-spy, the test extra),
+    or why not: a run stuck in the interpreter's own exit has no Python frame to show."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    pids = [root]
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{root}/task"):
+            with open(f"/proc/{root}/task/{task}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+    out = []
+    for pid in pids:
+        try:
+            done = subprocess.run(
+                [spy, "dump", "--native", "--pid", str(pid)],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+            out.append(done.stdout[-3000:] or done.stderr[-500:])
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            out.append(f"pid {pid}: no native stack ({exc})")
+    return "\n" + "\n".join(out)
 
 
 def unstall_run(*command: str) -> list[str]:
