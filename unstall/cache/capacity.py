@@ -4,26 +4,9 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from typing import Any
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-}
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
+from unstall.sizes import parse_size
 
 #: Keys whose sizes are looked at to estimate a dataset's total bytes.
 SIZE_SAMPLE = 256
@@ -46,11 +29,10 @@ def parse_capacity(value: Any) -> int | float:
             raise ValueError(_bad(value, "a float is a fraction of the dataset, in (0, 1]"))
         return value
     if isinstance(value, str):
-        match = _SIZE.match(value)
-        unit = match.group(2).lower() if match else ""
-        if match is None or unit not in _UNITS:
-            raise ValueError(_bad(value, "cannot read this size"))
-        size = int(float(match.group(1)) * _UNITS[unit])
+        try:
+            size = parse_size(value)
+        except ValueError:
+            raise ValueError(_bad(value, "cannot read this size")) from None
         if size <= 0:
             raise ValueError(_bad(value, "size must be > 0 bytes"))
         return size

@@ -8,17 +8,15 @@ to the ``"remote"`` extension (`unstall.remote.plugin`), which checks it with `R
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from unstall.sizes import parse_size
 
 #: Backends ``Remote`` takes.
 BACKENDS = ("ray",)
 #: What the loader does when no remote worker is left for ``timeout_s``.
 FALLBACKS = ("local", "raise")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-_UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
 
 
 @dataclass(frozen=True)
@@ -107,17 +105,17 @@ class Remote:
 
 
 def parse_bytes(value: Any) -> int:
-    """A byte count from an int or a size like ``"512MiB"`` (> 0)."""
+    """A byte count from an int or a size like ``"512MiB"`` (> 0; `unstall.sizes`)."""
+    bad = f"Remote(max_bytes_in_flight={value!r}) must be a byte count or a size like '512MiB'"
     if isinstance(value, int) and not isinstance(value, bool):
         n = value
+    elif isinstance(value, str):
+        try:
+            n = parse_size(value)
+        except ValueError:
+            raise ValueError(bad) from None
     else:
-        m = _SIZE.match(value) if isinstance(value, str) else None
-        if m is None:
-            raise ValueError(
-                f"Remote(max_bytes_in_flight={value!r}) must be a byte count or a size "
-                "like '512MiB'"
-            )
-        n = int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
+        raise ValueError(bad)
     if n <= 0:
         raise ValueError(f"Remote(max_bytes_in_flight={value!r}) must be > 0")
     return n
