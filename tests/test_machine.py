@@ -49,6 +49,22 @@ def test_environment_is_put_back(monkeypatch):
     with machine.environment({"UNSTALL_TIMELINE": "1"}):
         assert machine.timeline()
     assert not machine.timeline() and "UNSTALL_TIMELINE" not in os.environ
+    monkeypatch.setenv("UNSTALL_CACHE_DIR", "/before")
+    with machine.environment({"UNSTALL_CACHE_DIR": "/during", "UNSTALL_TIMELINE": "1"}):
+        assert machine.cache_dir() == "/during" and machine.timeline()
+    assert os.environ["UNSTALL_CACHE_DIR"] == "/before" and "UNSTALL_TIMELINE" not in os.environ
+
+
+def test_the_facts_module_stays_cheap_to_import():
+    """Every process of a run that reads a fact imports it: the standard library's light
+    parts only (unittest.mock, which loads asyncio, cost each 0.17 s)."""
+    import subprocess
+    import sys
+
+    heavy = "('asyncio', 'unittest', 'numpy', 'torch')"
+    code = f"import sys, unstall.machine; print(sorted(m for m in {heavy} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stderr
 
 
 def test_cpu_ticks_count_only_the_cores_this_process_may_use():
