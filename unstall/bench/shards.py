@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from unstall import machine
 from unstall.bench.harness import BenchResult, Measurement, row
 from unstall.bench.s3_rig import ProxyProcess
 from unstall.bench.shards_rig import (
@@ -29,7 +30,6 @@ from unstall.bench.shards_rig import (
     clean_mosaic,
     image_bytes,
     mosaic_loader,
-    scoped_env,
     webdataset_loader,
     write_mds,
     write_tars,
@@ -110,7 +110,7 @@ class Rig:
             self._clean()
 
     def _run(self, name: str, endpoint: str) -> dict[str, Any]:
-        with scoped_env(self._env(endpoint)):
+        with machine.environment(self._env(endpoint)):
             if name.startswith("unstall"):
                 return self._unstall(name.split(" ", 1)[1], endpoint)
             if name == "webdataset tar":

@@ -16,7 +16,6 @@ import os
 import sys
 import tarfile
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,19 +180,3 @@ def clean_mosaic() -> None:
 def image_bytes(batch: list[Any]) -> list[bytes]:
     """Fetch-only batches: the image bytes (the same for every loader)."""
     return [bytes(x[0]) if isinstance(x, tuple) else bytes(x) for x in batch]
-
-
-@contextlib.contextmanager
-def scoped_env(values: dict[str, str]) -> Iterator[None]:
-    """``values`` set in ``os.environ`` while the body runs (the peers read their endpoint and
-    cache directories from there), the old ones back after."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from unstall import machine
 from unstall.bench import shards_rig as rig
 from unstall.bench.harness import BenchResult, Measurement, row
 from unstall.bench.s3_rig import ProxyProcess
@@ -111,7 +112,7 @@ def publish_index(server: SeaweedServer, data: dict[str, Any], tmp: Path) -> flo
     from unstall.data.shards import TarShards
 
     cache = tmp / f"{data['tag']}-index-cache"
-    with rig.scoped_env({"UNSTALL_CACHE_DIR": str(cache)}):
+    with machine.environment({"UNSTALL_CACHE_DIR": str(cache)}):
         t0 = time.perf_counter()
         ds = TarShards(_tar_url(data), image=None, label=None, disk=0, **server.store_options())
         ds.publish_index()
@@ -134,7 +135,7 @@ def one_run(
     env["S3_ENDPOINT_URL"] = endpoint
     env["UNSTALL_CACHE_DIR"] = str(run_dir / "cache")  # cold: no index, copies or tier yet
     try:
-        with rig.scoped_env(env):
+        with machine.environment(env):
             return _timed(_maker(name, server, endpoint, data, tmp, run_dir), data["samples"])
     finally:
         rig.clean_mosaic()
