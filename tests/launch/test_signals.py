@@ -32,6 +32,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 WAITS = """
@@ -96,23 +97,20 @@ def start(command: list[str], *, ignore: tuple[int, ...] = (), env=None) -> subp
     )
 
 
+def tree_pids(root: int) -> list[int]:
+    """``root`` and every process under it, at any depth (a launcher, torchrun, its ranks)."""
+    try:
+        return [root, *(p.pid for p in psutil.Process(root).children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return [root]
+
+
 def tree_state(root: int) -> str:
     """Each process under ``root`` (itself included): its command, state, kernel wait channel
     and signal masks (blocked, ignored, caught, pending), read from /proc: what a signal
     that was not acted on met."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    lines, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
+    lines = []
+    for pid in tree_pids(root):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:160]
@@ -163,13 +161,10 @@ def signalled(proc: subprocess.Popen, *signums: int, timeout: float = 60) -> tup
 
 def native_stacks(root: int) -> str:
     """Each Python process under ``root``: its Python and C stacks (py-spy, the test extra),
-    or why not: a run stuck in the interpreter's own exit has no Python frame to show."""
+    or why not: where a process waits in C (a system call, a lock) with no Python frame that
+    says why, or a signal's handler waits for the interpreter's next check."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    pids = [root]
-    with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{root}/task"):
-            with open(f"/proc/{root}/task/{task}/children") as f:
-                pids += [int(p) for p in f.read().split()]
+    pids = tree_pids(root)
     out = []
     for pid in pids:
         try:
