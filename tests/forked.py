@@ -46,8 +46,14 @@ def server(preload: tuple[str, ...] = PRELOAD) -> Iterator[Any]:
         server._stop()  # reaps it (Python's own tests stop it so)
 
 
-def _main(argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) -> None:
-    """Run ``python *argv`` in this (forked) process: ``-m MODULE`` or ``-c CODE``."""
+def _main(
+    argv: list[str], env: dict[str, str], cwd: str, out: str, err: str, session: bool
+) -> None:
+    """Run ``python *argv`` in this (forked) process: ``-m MODULE``, ``-c CODE`` or a script's
+    path; in a session (and process group) of its own with ``session``, as
+    ``Popen(start_new_session=True)`` would."""
+    if session:
+        os.setsid()
     # as in a fresh interpreter: the platform's default start method (the fork server's own
     # child would otherwise start its processes with the fork server too)
     multiprocessing.set_start_method(None, force=True)
@@ -66,8 +72,12 @@ def _main(argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) ->
         elif flag == "-c":
             sys.argv = ["-c", *rest]
             exec(compile(what, "<string>", "exec"), {"__name__": "__main__"})
+        elif not flag.startswith("-"):
+            sys.argv = [flag, what, *rest]
+            sys.path[0] = os.path.dirname(os.path.abspath(flag))
+            runpy.run_path(flag, run_name="__main__")
         else:
-            raise ValueError(f"forked: {flag!r} is neither -m nor -c")
+            raise ValueError(f"forked: {flag!r} is neither -m, -c nor a script")
     finally:
         atexit._run_exitfuncs()  # what an interpreter runs at exit
         sys.stdout.flush()
@@ -76,14 +86,24 @@ def _main(argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) ->
 
 class Forked:
     """``python *argv`` forked from the fork server ``ctx``, as `subprocess.Popen` would run it
-    (``args`` is that command line); stdout and stderr go to ``output``.out / .err."""
+    (``args`` is that command line); stdout and stderr go to ``output``.out / .err, read back
+    as text with ``text``; ``session``: its own session and process group."""
 
     def __init__(
-        self, ctx: Any, argv: list[str], *, env: dict[str, str], cwd: Path, output: Path
+        self,
+        ctx: Any,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        output: Path,
+        session: bool = False,
+        text: bool = False,
     ) -> None:
         self.args = [sys.executable, *argv]
+        self.text = text
         self.out, self.err = output.with_suffix(".out"), output.with_suffix(".err")
-        args = (list(argv), dict(env), str(cwd), str(self.out), str(self.err))
+        args = (list(argv), dict(env), str(cwd), str(self.out), str(self.err), session)
         self.process = ctx.Process(target=_main, args=args)
         self.process.start()
         self.pid = self.process.pid
@@ -101,10 +121,11 @@ class Forked:
             raise subprocess.TimeoutExpired(self.args, timeout or 0)
         return self.process.exitcode
 
-    def communicate(self, timeout: float | None = None) -> tuple[bytes, bytes]:
-        """Wait for the end; ``(stdout, stderr)``."""
+    def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
+        """Wait for the end; ``(stdout, stderr)`` (str with ``text``, else bytes)."""
         self.wait(timeout)
-        return self.output()
+        out, err = self.output()
+        return (out.decode(), err.decode()) if self.text else (out, err)
 
     def output(self) -> tuple[bytes, bytes]:
         """What it wrote so far: ``(stdout, stderr)``."""
@@ -124,3 +145,18 @@ class Forked:
 
     def kill(self) -> None:
         self.process.kill()
+
+
+def run(
+    ctx: Any, argv: list[str], *, env: dict[str, str], output: Path, timeout: float
+) -> subprocess.CompletedProcess:
+    """``python *argv`` forked from ``ctx`` to its end, as ``subprocess.run(...,
+    capture_output=True, text=True, timeout=timeout)`` gives it (killed past ``timeout``)."""
+    proc = Forked(ctx, argv, env=env, cwd=Path.cwd(), output=output, text=True)
+    try:
+        out, err = proc.communicate(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode or 0, out, err)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import numpy as np
 import pytest
 
 import unstall
+from tests import forked
 from unstall.cache import clear_caches, list_caches
 from unstall.cache.lru import lru_check, lru_get_many, lru_put_many
 from unstall.cache.shm.index import Layout
@@ -55,16 +54,21 @@ def expected(generations: list[int]) -> list[str]:
     return sorted(content(i, g).hex() for i, g in enumerate(generations))
 
 
-def job(root: Path, *, ram: str = "64MiB", disk: str = "-", keep_s: float = 0) -> dict:
+@pytest.fixture(scope="module")
+def jobs():
+    """The module's fork server (`tests.forked`): each job, a process of its own, forked from
+    one that imported torch and unstall once."""
+    with forked.server() as ctx:
+        yield ctx
+
+
+def job(jobs, root: Path, *, ram: str = "64MiB", disk: str = "-", keep_s: float = 0) -> dict:
+    """One job in its own process over ``root``; what it served and its cache's figures."""
     environ = env()
     environ["UNSTALL_CACHE_KEEP_S"] = str(keep_s)
-    done = subprocess.run(
-        [sys.executable, "-c", JOB, str(root), str(N), ram, disk],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=90,
-    )
+    argv = ["-c", JOB, str(root), str(N), ram, disk]
+    output = root.parent / f"job-{time.monotonic_ns()}"
+    done = forked.run(jobs, argv, env=environ, output=output, timeout=90)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -77,7 +81,7 @@ def root(tmp_path: Path) -> Path:
     return path
 
 
-def test_files_rewritten_while_a_job_holds_the_cache_are_not_served_to_the_next(root):
+def test_files_rewritten_while_a_job_holds_the_cache_are_not_served_to_the_next(root, jobs):
     ds = unstall.FileDataset(root, [f"{i:05d}.bin" for i in range(N)])
     with unstall.Cache("64MiB") as cache:
         loader = unstall.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, cache=cache)
@@ -86,7 +90,7 @@ def test_files_rewritten_while_a_job_holds_the_cache_are_not_served_to_the_next(
         assert loader.stats()["per_epoch"][1]["cache"]["hits"] == N
 
         write(root, 1)  # same names, same sizes, new bytes; the first job still runs
-        other = job(root)
+        other = job(jobs, root)
         assert other["served"] == expected([1] * N)
         assert (other["cache"]["hits"], other["cache"]["stale"]) == (0, N)
 
@@ -95,41 +99,41 @@ def test_files_rewritten_while_a_job_holds_the_cache_are_not_served_to_the_next(
         assert sorted(bytes(r).hex() for r in third) == expected([1] * N)
         assert sorted(ds.fetch(range(N))) == sorted(bytes(r) for r in third)
         cache.check()
-        again = job(root)  # a later job: the new bytes, cached by the second job and left
+        again = job(jobs, root)  # a later job: the new bytes, cached by the second job and left
         assert again["served"] == expected([1] * N)  # alone by the first (an older listing)
         assert (again["cache"]["hits"], again["cache"]["stale"]) == (N, 0)
 
 
-def test_a_file_changed_between_two_runs_with_the_disk_tier_is_fetched_again(root):
-    first = job(root, ram="-", disk="64MiB")
+def test_a_file_changed_between_two_runs_with_the_disk_tier_is_fetched_again(root, jobs):
+    first = job(jobs, root, ram="-", disk="64MiB")
     assert first["served"] == expected([0] * N)
     assert first["cache"]["disk"]["inserted"] == N
 
     write(root, 1, [3])  # one file changed between the runs, in place
-    second = job(root, ram="-", disk="64MiB")
+    second = job(jobs, root, ram="-", disk="64MiB")
     assert second["served"] == expected([0, 0, 0, 1, 0, 0, 0, 0])
     disk = second["cache"]["disk"]
     assert (disk["hits"], disk["stale"], disk["misses"], disk["inserted"]) == (N - 1, 1, 1, 1)
 
-    third = job(root, ram="-", disk="64MiB")  # the changed item was stored again
+    third = job(jobs, root, ram="-", disk="64MiB")  # the changed item was stored again
     assert third["served"] == expected([0, 0, 0, 1, 0, 0, 0, 0])
     assert (third["cache"]["disk"]["hits"], third["cache"]["disk"]["stale"]) == (N, 0)
 
 
-def test_a_kept_segment_serves_the_next_job_from_its_first_epoch_but_no_changed_file(root):
+def test_a_kept_segment_serves_the_next_job_from_its_first_epoch_but_no_changed_file(root, jobs):
     try:
-        first = job(root, keep_s=60)
+        first = job(jobs, root, keep_s=60)
         assert first["served"] == expected([0] * N)
         (seg,) = [c for c in list_caches() if c["tier"] == "ram"]
         assert seg["users_alive"] == [] and seg["kept_until"] > time.time() + 30
         assert seg["items_cached"] == N
 
-        second = job(root, keep_s=60)  # back to back: all hits from the first epoch
+        second = job(jobs, root, keep_s=60)  # back to back: all hits from the first epoch
         assert second["served"] == expected([0] * N)
         assert (second["cache"]["hits"], second["cache"]["opened"]) == (N, "kept")
 
         write(root, 1, [5])
-        third = job(root, keep_s=60)
+        third = job(jobs, root, keep_s=60)
         assert third["served"] == expected([0, 0, 0, 0, 0, 1, 0, 0])
         c = third["cache"]
         assert (c["hits"], c["stale"], c["misses"], c["inserted"]) == (N - 1, 1, 1, 1)
@@ -225,13 +229,13 @@ def test_a_stale_item_is_a_miss_then_replaced_and_the_index_stays_consistent(pol
         lifecycle.release(cache, group=1)
 
 
-def test_a_kept_segment_is_removed_when_its_time_is_up_with_no_job_running(root):
+def test_a_kept_segment_is_removed_when_its_time_is_up_with_no_job_running(root, jobs):
     from unstall.cache.shm import index as shm_cache
     from unstall.cache.shm import reaper
 
     assert (reaper.MAGIC, reaper.VERSION) == (shm_cache.MAGIC, shm_cache.VERSION)
     assert reaper.H_KEEP_UNTIL == shm_cache.H_KEEP_UNTIL
-    first = job(root, keep_s=1)  # the job exits; its segment is kept 1 s, then reaped
+    first = job(jobs, root, keep_s=1)  # the job exits; its segment is kept 1 s, then reaped
     assert first["served"] == expected([0] * N)
     deadline = time.monotonic() + 15
     while [c for c in list_caches() if c["tier"] == "ram"] and time.monotonic() < deadline:
@@ -239,7 +243,7 @@ def test_a_kept_segment_is_removed_when_its_time_is_up_with_no_job_running(root)
     assert [c for c in list_caches() if c["tier"] == "ram"] == []
 
 
-def test_files_changed_mid_epoch_leave_the_epoch_exactly_once_and_the_next_job_current(root):
+def test_files_changed_mid_epoch_leave_the_epoch_exactly_once_and_the_next_job_current(root, jobs):
     """Every sample's bytes name it (and its generation): the running epoch serves each
     sample once, old or new bytes; the next job gets only new ones."""
     names = {content(i, g): (i, g) for i in range(N) for g in (0, 1)}
@@ -255,4 +259,4 @@ def test_files_changed_mid_epoch_leave_the_epoch_exactly_once_and_the_next_job_c
                 write(root, 1)  # every file changes in the middle of the epoch
         assert sorted(i for i, _ in served) == list(range(N))
         cache.check()
-    assert job(root)["served"] == expected([1] * N)
+    assert job(jobs, root)["served"] == expected([1] * N)

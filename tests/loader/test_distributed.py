@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
+from pathlib import Path
+
+from tests import forked
 
 _RANK = """
 import json, os, torch, torch.distributed as dist, unstall
@@ -33,9 +34,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_ranks_from_torch_distributed_split_the_epoch():
+def test_ranks_from_torch_distributed_split_the_epoch(tmp_path: Path):
     world = 3
     port = _free_port()
+    # each rank a process of its own, forked from one that imported torch and unstall once
+    with forked.server((*forked.PRELOAD, "torch.distributed")) as ctx:
+        procs = _ranks(ctx, world, port, tmp_path)
+        outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [p.output()[1][-2000:] for p in procs]
+    _check(outs, world)
+
+
+def _ranks(ctx, world: int, port: int, out: Path) -> list[forked.Forked]:
+    """Rank ``0..world-1`` of the script, with torchrun's environment, started."""
     procs = []
     for rank in range(world):
         env = dict(
@@ -46,13 +57,12 @@ def test_ranks_from_torch_distributed_split_the_epoch():
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
         )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", _RANK], env=env, stdout=subprocess.PIPE, text=True
-            )
-        )
-    outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
-    assert all(p.returncode == 0 for p in procs)
+        output = out / f"rank-{rank}"
+        procs.append(forked.Forked(ctx, ["-c", _RANK], env=env, cwd=out, output=output, text=True))
+    return procs
+
+
+def _check(outs: list[dict], world: int) -> None:
     assert sorted(o["rank"] for o in outs) == [0, 1, 2]
     assert all(o["world"] == world for o in outs)
     union = [i for o in outs for i in o["ids"]]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-from typing import Any
 
 
 def free_port(host: str) -> int:
@@ -25,11 +24,11 @@ def node_address(rank: int) -> str:
     return f"127.0.0.{2 + rank}"
 
 
-def start_node(
-    argv: list[str], rank: int, world: int, port: int, namespace: str, **env: str
-) -> subprocess.Popen:
-    """Start node ``rank`` of ``world`` running ``argv`` (stderr piped, text)."""
-    full: dict[str, Any] = dict(
+def node_env(rank: int, world: int, port: int, namespace: str, **env: str) -> dict[str, str]:
+    """This process's environment as node ``rank`` of ``world`` sees it: torchrun's variables
+    (rank 0's address and ``port`` as the master), its own loopback address and shared-memory
+    namespace, and ``env``."""
+    return dict(
         os.environ,
         RANK=str(rank),
         LOCAL_RANK="0",
@@ -42,6 +41,13 @@ def start_node(
         UNSTALL_SHM_NAMESPACE=namespace,
         **env,
     )
+
+
+def start_node(
+    argv: list[str], rank: int, world: int, port: int, namespace: str, **env: str
+) -> subprocess.Popen:
+    """Start node ``rank`` of ``world`` running ``argv`` (stderr piped, text)."""
+    full = node_env(rank, world, port, namespace, **env)
     return subprocess.Popen(
         argv, env=full, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
