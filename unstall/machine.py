@@ -293,6 +293,7 @@ class AnalyzeEnv(NamedTuple):
     steps: int
     min_s: float
     max_s: float
+    then: str  # the mode measured next in the same process, once ``mode``'s window is written
 
 
 def analyze_env() -> AnalyzeEnv:
@@ -304,6 +305,7 @@ def analyze_env() -> AnalyzeEnv:
         steps=int(_env("UNSTALL_ANALYZE_STEPS") or "50"),
         min_s=float(_env("UNSTALL_ANALYZE_MIN_S") or "20"),
         max_s=float(_env("UNSTALL_ANALYZE_MAX_S") or "300"),
+        then=_env("UNSTALL_ANALYZE_THEN"),
     )
 
 

@@ -43,7 +43,7 @@ def test_script_mode_runs_stops_and_leaves_nothing(tmp_path, own_shm_dir):
             sys.executable,
             str(ROOT / "examples" / "train_min.py"),
             "--samples",
-            "2048",
+            "8192",  # batches for the cold window and then the model alone's, in one run
         ],
     )
     assert code == 0, printed
@@ -53,6 +53,8 @@ def test_script_mode_runs_stops_and_leaves_nothing(tmp_path, own_shm_dir):
         assert run["steps"] >= 8, report["runs"]  # steps and seconds: at least, not exactly
         assert run["samples"] == 64 * run["steps"]  # the script's batch size, from the batches
     assert report["num_workers"] == 2 and report["batch_size"] == 64
+    # the model alone was timed in the cold run's processes, after its window: two runs in all
+    assert any("timed in the cold run's own processes" in n for n in report["notes"])
     assert report["bottleneck"] in ("compute", "prep", "fetch")
     assert "CPU" in report["split"]
     # the burst (2 workers x prefetch 2) and the warm-up were skipped, not timed
@@ -128,7 +130,7 @@ def test_a_hung_run_is_stopped_whole_and_says_where_it_was(tmp_path, own_shm_dir
     )
     out = " ".join(printed.split())  # rich folds long lines
     assert code == 2, printed
-    assert "the synthetic run of" in out and "did not end within 12 s and was stopped" in out
+    assert "the cold run of" in out and "did not end within 12 s and was stopped" in out
     assert "in stuck_in_a_collective" in out and "now waiting on the other rank" in out
     pids = [int(p) for p in pids_file.read_text().split()]
     assert len(pids) >= 2  # the helper (and the loader's workers, where they still run), the script

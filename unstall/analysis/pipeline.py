@@ -120,9 +120,9 @@ def analyze_script(
     verify: bool | None = None,
     run_timeout_s: float = RUN_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Run ``command`` three times (synthetic, cold, cached) and return the report dict.
+    """Run ``command`` cold then synthetic (one run), and cached; return the report dict.
 
-    Without ``quick`` (or with ``verify=True``) the script runs a fourth time under the
+    Without ``quick`` (or with ``verify=True``) the script runs once more under the
     recommendation, and the report's ``verified`` compares prediction and measurement.
     A run still going after ``run_timeout_s`` is stopped whole, and the error says where
     each of its processes was (`unstall.analysis.measure.script.hang`).

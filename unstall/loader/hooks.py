@@ -98,6 +98,26 @@ def iterate_override(loader: Any) -> Iterator[Any] | None:
     return None
 
 
+def replaces_next(loader: Any) -> bool:
+    """Whether an observer hands out ``loader``'s next batch itself (`next_override`)."""
+    for observer, _ in _observers:
+        replaces = getattr(observer, "replaces_next", None)
+        if replaces is not None and replaces(loader):
+            return True
+    return False
+
+
+def next_override(loader: Any, pull: Callable[[], Any]) -> Any:
+    """The batch an observer hands out in place of ``loader``'s next one, in an epoch already
+    running (the analyzer's model-alone phase, after its measured window on the job's own
+    batches); ``pull`` takes a real batch, as the iterator's own ``next`` would."""
+    for observer, _ in _observers:
+        replaces = getattr(observer, "replaces_next", None)
+        if replaces is not None and replaces(loader):
+            return observer.next_batch(loader, pull)  # type: ignore[attr-defined]
+    return pull()
+
+
 def notify_finished(loader: Any) -> None:
     for observer, _ in _observers:
         observer.finished(loader)

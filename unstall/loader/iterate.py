@@ -74,6 +74,26 @@ class _Timed:
     def __iter__(self) -> Any:
         return self
 
+    def __next__(self) -> Any:
+        if hooks.observed() and hooks.replaces_next(self._loader):
+            return self._replaced()
+        return self._next()
+
+    def _next(self) -> Any:
+        raise NotImplementedError
+
+    def _replaced(self) -> Any:
+        """An observer's batch in place of the next (`hooks.next_override`): the epoch keeps
+        its length, and ends as it would."""
+        if self._done or (self._length is not None and self._handed >= self._length):
+            self._exhausted()
+            raise StopIteration
+        before = self._handed
+        batch = hooks.next_override(self._loader, self._next)
+        if self._handed == before:  # not a real batch pulled (that one counted itself)
+            self._handed += 1
+        return batch
+
     def __getattr__(self, name: str) -> Any:
         """torch's iterator's own attributes (e.g. ``_workers``, which torch's tests read)."""
         inner = self.__dict__.get("_torch_iter")
@@ -202,7 +222,7 @@ class EpochIterator(_Timed):
         """Pull the rest of the epoch from ``torch_iter`` (new workers: a pool change)."""
         self._torch_iter, self.workers_iter = torch_iter, workers_iter
 
-    def __next__(self) -> Any:
+    def _next(self) -> Any:
         if self._done:
             raise StopIteration
         t0, c0 = time.perf_counter(), time.thread_time()
@@ -326,7 +346,7 @@ class PassthroughIterator(_Timed):
     def __len__(self) -> int:
         return len(self._torch_iter)
 
-    def __next__(self) -> Any:
+    def _next(self) -> Any:
         if self._done:
             raise StopIteration
         t0 = time.perf_counter()

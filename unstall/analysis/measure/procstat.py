@@ -8,6 +8,7 @@ machine (other jobs) are read here, so the analyzer can price cores, not workers
 from __future__ import annotations
 
 import os
+import time
 from typing import NamedTuple
 
 from unstall import machine
@@ -53,3 +54,30 @@ def workers_cpu(pids: list[int]) -> tuple[float, float]:
         except (OSError, ValueError, IndexError):
             continue
     return cpu, runq
+
+
+def wait_idle(pids: list[int], *, step_s: float = 0.05, most_s: float = 5.0) -> float:
+    """Wait until these processes are idle (under a tenth of a core between them over
+    ``step_s``), at most ``most_s``; the seconds waited. The cold run's workers finish the
+    batches they had in hand before the model is timed alone in the same process: their CPU
+    would otherwise be counted against the model's rate on a CPU-bound step."""
+    start = time.perf_counter()
+
+    def on_cpu() -> float:  # nanoseconds on a core so far (schedstat: finer than ticks)
+        total = 0
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/schedstat", "rb") as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+        return total / 1e9
+
+    before = on_cpu()
+    while pids and time.perf_counter() - start < most_s:
+        time.sleep(step_s)
+        now = on_cpu()
+        if now - before < 0.1 * step_s:
+            break
+        before = now
+    return time.perf_counter() - start

@@ -18,6 +18,11 @@ many times per epoch as it has batches), ``cold`` (the first batches' files
 evicted from the page cache first, when the dataset names its files: unstall's datasets
 through their store, a dataset that opens the files it lists all of them) and
 ``cached`` (run right after the cold one: the page cache holds what it read).
+
+With ``$UNSTALL_ANALYZE_THEN=synthetic`` the cold run goes on, once its window is written,
+as the synthetic one in the same process: the epoch running keeps its length, each batch
+of it (and of each epoch after) the loader's last real one again, so the model alone is
+timed without a second start of the script (its imports, its dataset, its workers).
 """
 
 from __future__ import annotations
@@ -33,9 +38,15 @@ from typing import Any
 
 from unstall import machine
 from unstall.analysis.measure.lean import job_samples, lean_probe
-from unstall.analysis.measure.procstat import snapshot, workers_cpu
+from unstall.analysis.measure.procstat import snapshot, wait_idle, workers_cpu
 from unstall.analysis.measure.script import hang
-from unstall.analysis.measure.script.files import evict_listed, file_cache_facts, prefill
+from unstall.analysis.measure.script.files import (
+    evict_first,
+    evict_listed,
+    file_cache_facts,
+    prefill,
+)
+from unstall.analysis.measure.script.ranks import claim_stop, rank, read_stop
 from unstall.analysis.measure.steady import (
     Handout,
     Window,
@@ -59,6 +70,7 @@ class Watch:
     handed: list[Handout] = field(default_factory=list)
     segs: dict[int, int] = field(default_factory=dict)  # segment per iterator
     last: Any = None  # the current iterator's position list, held (its id is never reused)
+    replaced: int | None = None  # the segment of the running epoch's batches after a switch
 
     def seg_of(self) -> int:
         """The segment (one per iterator) of the batch just handed out: a new ``iter()``
@@ -75,9 +87,20 @@ class Agent:
     """Times every loader's batches; writes the measured one's and stops the script."""
 
     def __init__(
-        self, mode: str, warmup: int, min_steps: int, min_s: float, max_s: float, out: str
+        self,
+        mode: str,
+        warmup: int,
+        min_steps: int,
+        min_s: float,
+        max_s: float,
+        out: str,
+        then: str = "",
     ):
         self.mode, self.warmup, self.out = mode, warmup, out
+        self.then = then if then in MODES else ""  # measured next, in this process
+        self.switched = False  # on the ``then`` mode, in the epoch the last one ran
+        self.after = ""  # the mode measured before this one in this process
+        self.settled_s = 0.0  # waited at the switch for the workers' batches in hand
         self.min_steps, self.min_s, self.max_s = min_steps, min_s, max_s
         self.watches: dict[int, Watch] = {}
         self.started = time.perf_counter()
@@ -95,7 +118,7 @@ class Agent:
         watch = Watch(loader, len(self.watches), burst_depth(loader))
         self.watches[id(loader)] = watch
         batches = self.warmup + 4 * (watch.burst + self.min_steps)
-        if self.mode == "cold" and _evict_first(loader, batches):
+        if self.mode == "cold" and evict_first(loader, batches):
             self.evicted = True
         elif self.mode == "cold" and evict_listed(getattr(loader, "dataset", None)):
             self.evicted = True  # a dataset that opens the files it lists (issue 40)
@@ -123,6 +146,28 @@ class Agent:
             length = None
         return _Sized(self._repeat(watch, length), length)
 
+    def replaces_next(self, loader: Any) -> bool:
+        """After the switch to synthetic: the running epoch's batches are handed out here."""
+        return self.switched and not self._fetching and id(loader) in self.watches
+
+    def next_batch(self, loader: Any, pull: Any) -> Any:
+        """The running epoch's next batch, after the switch: the loader's one real batch
+        (pulled once, by ``pull``) again."""
+        watch = self.watches[id(loader)]
+        if not hasattr(watch, "batch"):
+            self._fetching = True
+            try:
+                watch.batch = pull()  # type: ignore[attr-defined]
+            finally:
+                self._fetching = False
+            watch.n = _batch_len(watch.batch)  # type: ignore[attr-defined]
+        if watch.replaced is None:
+            watch.replaced = len(watch.segs)
+            watch.segs[watch.replaced] = watch.replaced
+        watch.handed.append(_handout(0.0, watch.n, watch.replaced))  # type: ignore[attr-defined]
+        self._check(watch)
+        return watch.batch  # type: ignore[attr-defined]
+
     # ---------------------------------------------------------------------------
     def _repeat(self, watch: Watch, length: int | None) -> Iterator[Any]:
         loader = watch.loader
@@ -149,30 +194,51 @@ class Agent:
     def _check(self, watch: Watch) -> None:
         count = len(watch.handed)
         if self.stop_at is None and os.path.exists(self._stop_file):
-            self.stop_at = _read_stop(self._stop_file)
+            self.stop_at = read_stop(self._stop_file)
         if self.stop_at is not None:
             if self.stop_at[0] == watch.index and count >= self.stop_at[1]:
                 self.finish(watch)
             return
-        skip = watch.burst + self.warmup
-        if count <= skip + self.min_steps:
+        if count <= self._skips(watch)[0] + self.min_steps:
             return
         timed_out = time.perf_counter() - self.started > self.max_s
         if count % 4 and not timed_out:  # the window is looked at every few batches
             return
         if timed_out or enough(self.window(watch), min_steps=self.min_steps, min_s=self.min_s):
-            self.stop_at = _claim_stop(self._stop_file, watch.index, count + 1)
+            self.stop_at = claim_stop(self._stop_file, watch.index, count + 1)
             if self.stop_at[0] == watch.index and count >= self.stop_at[1]:
                 self.finish(watch)
 
     def window(self, watch: Watch) -> Window:
-        return steady_window(
-            watch.handed, skip_first=watch.burst + self.warmup, skip_each=watch.burst
-        )
+        first, each = self._skips(watch)
+        return steady_window(watch.handed, skip_first=first, skip_each=each)
+
+    def _skips(self, watch: Watch) -> tuple[int, int]:
+        """Batches skipped at the first iterator and at each after: the start-up burst (and
+        the warm-up); after a switch only the warm-up: no worker works, the model is warm."""
+        if self.after:
+            return self.warmup, 0
+        return watch.burst + self.warmup, watch.burst
 
     def finish(self, watch: Watch) -> None:
         self.write(watch)
+        if self.then:
+            self.settled_s = wait_idle(_worker_pids(watch))  # their batches in hand
+            self._switch()
+            return
         raise SystemExit(0)  # the script ends as at a normal exit: workers and shm freed
+
+    def _switch(self) -> None:
+        """The window written: measure the ``then`` mode from here on, as a run of its own
+        would (its own window, stop batch and document), in the epoch already running."""
+        self.after, self.mode, self.then = self.mode, self.then, ""
+        self.switched = self.mode == "synthetic"
+        self.written = False
+        self.stop_at = None
+        self._stop_file = os.path.join(self.out, f"stop-{self.mode}.json")
+        self.started = time.perf_counter()
+        for watch in self.watches.values():
+            watch.handed, watch.segs, watch.last, watch.replaced = [], {}, None, None
 
     def write(self, watch: Watch | None = None) -> None:
         """The measured loader's window and every loader's summary, as JSON for the launcher."""
@@ -191,8 +257,10 @@ class Agent:
         timeline = stats.pop("timeline", [])
         doc = {
             "mode": self.mode,
+            "after": self.after,
+            "settled_s": round(self.settled_s, 3),
             "pid": os.getpid(),
-            "rank": _rank(),
+            "rank": rank(),
             "complete": complete,
             "evicted": self.evicted,
             "loader": watch.index,
@@ -300,61 +368,6 @@ def _summary(watch: Watch, measured: bool) -> dict[str, Any]:
     }
 
 
-def _claim_stop(path: str, index: int, at: int) -> tuple[int, int]:
-    """Name the batch at which every rank stops, unless a rank named one first."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return _read_stop(path) or (index, at)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"loader": index, "at": at}, f)
-    return index, at
-
-
-def _read_stop(path: str) -> tuple[int, int] | None:
-    for _ in range(50):  # written right after it is created: a moment at most
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-            return int(doc["loader"]), int(doc["at"])
-        except (OSError, ValueError, KeyError):
-            time.sleep(0.01)
-    return None
-
-
-def _rank() -> int:
-    """This process's rank: torch.distributed's when it runs (frameworks start ranks their own
-    way), else torchrun's ``RANK``, else ``LOCAL_RANK``, else 0."""
-    import sys
-
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-    except (RuntimeError, ValueError):
-        pass
-    env = os.environ
-    return int(env.get("RANK") or env.get("LOCAL_RANK") or 0)
-
-
-def _evict_first(loader: Any, batches: int) -> bool:
-    """Drop the files the first ``batches`` batches read from the page cache, if it can tell."""
-    from unstall.analysis.measure.storage import evict
-
-    order = getattr(loader, "order", None)
-    if order is None:
-        return False
-    indices: list[int] = []
-    try:
-        for b, batch in enumerate(order.batches(getattr(loader, "epoch", 0))):
-            if b >= batches:
-                break
-            indices.extend(batch)
-    except ValueError:  # torch's order: known only once the epoch has drawn it
-        return False
-    return evict(loader.dataset, indices)
-
-
 _agent: Agent | None = None
 
 
@@ -371,6 +384,7 @@ def install() -> None:
         min_s=env.min_s,
         max_s=env.max_s,
         out=env.out,
+        then=env.then,
     )
     hooks.add_observer(_agent)
     hang.arm(_agent.out)  # a run past its time is asked where it is

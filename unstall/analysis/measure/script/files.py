@@ -123,3 +123,21 @@ def prefill(loader: Any) -> dict[str, Any] | None:
     finally:
         files.close()
     return {"stored": stored, "files": files.files, "complete": complete}
+
+
+def evict_first(loader: Any, batches: int) -> bool:
+    """Drop the files the first ``batches`` batches read from the page cache, if it can tell."""
+    from unstall.analysis.measure.storage import evict
+
+    order = getattr(loader, "order", None)
+    if order is None:
+        return False
+    indices: list[int] = []
+    try:
+        for b, batch in enumerate(order.batches(getattr(loader, "epoch", 0))):
+            if b >= batches:
+                break
+            indices.extend(batch)
+    except ValueError:  # torch's order: known only once the epoch has drawn it
+        return False
+    return evict(loader.dataset, indices)

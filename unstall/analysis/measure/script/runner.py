@@ -60,23 +60,30 @@ def measure_script(
     quick: bool = False,
     progress: Callable[[str | None], None] | None = None,
 ) -> Measurement:
-    """Run ``command`` synthetic, cold and cached; the slowest rank's runs as a `Measurement`.
+    """Run ``command`` cold then synthetic (one run: the model alone once the cold window is
+    written), and cached; the slowest rank's runs as a `Measurement`.
 
     ``progress``: told each run's description before it, and None after it.
     """
     say = progress or (lambda _msg: None)
     if shutil.which(command[0]) is None and not os.path.exists(command[0]):
         raise FileNotFoundError(f"command not found: {command[0]!r}")
-    per_rank: dict[str, list[dict[str, Any]]] = {}
-    for mode in ("synthetic", "cold", "cached"):
-        if mode == "cached" and quick and not any(d.get("evicted") for d in per_rank["cold"]):
-            # nothing could be evicted: the cold run already read what the page cache
-            # held, and a script's prep/fetch split comes from the workers' clocks
-            per_rank[mode] = [{**d, "mode": "cached", "reused": True} for d in per_rank["cold"]]
-            say(None)
-            continue
-        say(f"{mode} run: {' '.join(command)}")
-        per_rank[mode] = run_once(command, mode, window)
+    say(f"cold run, then the model alone: {' '.join(command)}")
+    found = run_modes(command, ("cold", "synthetic"), window)
+    say(None)
+    cold, synthetic = found["cold"], found["synthetic"]
+    if not _whole(synthetic, cold):  # the script ended first: the model alone in a run of its own
+        say(f"synthetic run: {' '.join(command)}")
+        synthetic = run_once(command, "synthetic", window)
+        say(None)
+    per_rank = {"synthetic": synthetic, "cold": cold}
+    if quick and not any(d.get("evicted") for d in cold):
+        # nothing could be evicted: the cold run already read what the page cache
+        # held, and a script's prep/fetch split comes from the workers' clocks
+        per_rank["cached"] = [{**d, "mode": "cached", "reused": True} for d in cold]
+    else:
+        say(f"cached run: {' '.join(command)}")
+        per_rank["cached"] = run_once(command, "cached", window)
         say(None)
     ranks = rank_table(per_rank["cold"])
     slowest = ranks[0]["rank"]  # the analysis follows the slowest rank
@@ -87,6 +94,15 @@ def measure_script(
     return measurement_of(command, docs, window, ranks)
 
 
+def _whole(synthetic: list[dict[str, Any]], cold: list[dict[str, Any]]) -> bool:
+    """Whether every rank of the cold run timed the model alone to a whole window after it."""
+    by_rank = {int(d["rank"]): d for d in synthetic}
+    return all(
+        (d := by_rank.get(int(c["rank"]))) is not None and d["complete"] and len(d["steps"]) >= 2
+        for c in cold
+    )
+
+
 def run_once(
     command: Sequence[str],
     mode: str,
@@ -95,6 +111,19 @@ def run_once(
     config_path: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run the script once in ``mode``; each rank's document (one process per rank)."""
+    return run_modes(command, (mode,), window, config_path=config_path)[mode]
+
+
+def run_modes(
+    command: Sequence[str],
+    modes: tuple[str, ...],
+    window: dict[str, Any],
+    *,
+    config_path: str | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Run the script once, measuring ``modes[0]`` then (``modes[1]``, when given) the next in
+    the same processes; each mode's documents, one per rank (none for a second mode the script
+    ended before)."""
     from unstall.launch.command import run_env
 
     out = tempfile.mkdtemp(prefix="unstall-analyze-")
@@ -102,7 +131,8 @@ def run_once(
     env.update(
         # the agent joins each process
         UNSTALL_BOOT_HOOKS="unstall.analysis.measure.script.agent:install",
-        UNSTALL_ANALYZE_MODE=mode,
+        UNSTALL_ANALYZE_MODE=modes[0],
+        UNSTALL_ANALYZE_THEN=",".join(modes[1:]),
         UNSTALL_ANALYZE_OUT=out,
         UNSTALL_ANALYZE_WARMUP=str(window["warmup"]),
         UNSTALL_ANALYZE_STEPS=str(window["steps"]),
@@ -111,8 +141,11 @@ def run_once(
         UNSTALL_TIMELINE="1",
     )
     try:
-        done = run_script(command, env, window.get("timeout_s", RUN_TIMEOUT_S), out, mode)
-        return _results(out, mode, done)
+        done = run_script(command, env, window.get("timeout_s", RUN_TIMEOUT_S), out, modes[0])
+        found = {modes[0]: _results(out, modes[0], done)}
+        for mode in modes[1:]:
+            found[mode] = _docs(out, mode)
+        return found
     finally:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(env["UNSTALL_RUN_DIR"], ignore_errors=True)
@@ -141,6 +174,17 @@ def measurement_of(
         "per sample, each worker's time is split by the OS's clocks into CPU (prepare), "
         "waiting for a core, and the rest (waiting on I/O: fetch)",
     ]
+    if docs["synthetic"].get("after") == "cold":
+        notes.append(
+            "the model alone (G) was timed in the cold run's own processes once its window "
+            "was written: the running epoch's batches, and each epoch's after it, were the "
+            "loader's last real batch again (no second start of the script)"
+        )
+    else:
+        notes.append(
+            "the model alone (G) was timed in a run of its own: the script ended before a "
+            "whole window of it after the cold one's (too few batches for both)"
+        )
     if docs["cached"].get("reused"):
         notes.append(
             "--quick: no separate cached run (the dataset names no files to evict, so the "
@@ -192,15 +236,20 @@ def _too_short(mode: str, doc: dict[str, Any]) -> str:
 
 def _results(out: str, mode: str, done: subprocess.CompletedProcess) -> list[dict[str, Any]]:
     """Each rank's figures for ``mode`` (one process per rank under torchrun)."""
-    found = sorted(glob.glob(os.path.join(out, f"{mode}-*.json")))
+    found = _docs(out, mode)
     if not found:
         tail = (done.stdout or "").strip().splitlines()[-TAIL:]
         raise ValueError(
             f"the {mode} run made no unstall-swapped DataLoader batches (exit {done.returncode})"
             + ("; the script's last output:\n  " + "\n  ".join(tail) if tail else "")
         )
+    return found
+
+
+def _docs(out: str, mode: str) -> list[dict[str, Any]]:
+    """The documents the run's processes wrote for ``mode``, one per rank."""
     docs = []
-    for path in found:
+    for path in sorted(glob.glob(os.path.join(out, f"{mode}-*.json"))):
         with open(path) as f:
             docs.append(json.load(f))
     return docs
