@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.analysis.conftest import check_model_rate, run_analyze
-from tests.conftest import write_jpegs
 from unstall.analysis.measure.script.verify import SPREAD
+from unstall.data.synthetic import make_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "imagenet_like.py"
@@ -23,8 +23,9 @@ NOISE = SPREAD
 
 @pytest.mark.timeout(420)
 def test_example_is_prep_bound_and_the_recommendation_holds(tmp_path):
-    (tmp_path / "data").mkdir()
-    data = write_jpegs(tmp_path / "data", 384, classes=4, seed=0)
+    # ImageNet-shaped JPEGs (~500x375), rendered on every core (10 s on one here)
+    data = tmp_path / "data"
+    make_dataset(data, images=384, classes=4, seed=0, progress=False)
     cores = len(os.sched_getaffinity(0))
     options = ["--quick", "--verify", "--min-seconds", "3"]
     # epochs enough for the cold window and the model alone's after it in the same run (each
