@@ -50,7 +50,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--min-seconds",
         type=float,
-        help="a script's least seconds of steady state per run (default 20, --quick 4)",
+        help="a script's least seconds of steady state per run (default 20, --quick 4; "
+        "half for the model alone)",
     )
     p.add_argument("--quick", action="store_true", help="shorter runs: an answer in a minute")
     p.add_argument(

@@ -58,6 +58,8 @@ from unstall.analysis.measure.steady import (
 from unstall.loader import hooks
 
 MODES = ("synthetic", "cold", "cached")
+#: The model-alone window's least seconds, as a share of the others'.
+SYNTHETIC_SHARE = 0.5
 
 
 @dataclass
@@ -204,10 +206,16 @@ class Agent:
         timed_out = time.perf_counter() - self.started > self.max_s
         if count % 4 and not timed_out:  # the window is looked at every few batches
             return
-        if timed_out or enough(self.window(watch), min_steps=self.min_steps, min_s=self.min_s):
+        if timed_out or enough(self.window(watch), min_steps=self.min_steps, min_s=self.least_s):
             self.stop_at = claim_stop(self._stop_file, watch.index, count + 1)
             if self.stop_at[0] == watch.index and count >= self.stop_at[1]:
                 self.finish(watch)
+
+    @property
+    def least_s(self) -> float:
+        """The window's least seconds: half for the model alone, whose steps vary least (no
+        loading in them: a GPU's kernels, the simulated accelerator's sleeps)."""
+        return self.min_s * (SYNTHETIC_SHARE if self.mode == "synthetic" else 1.0)
 
     def window(self, watch: Watch) -> Window:
         first, each = self._skips(watch)
@@ -250,7 +258,7 @@ class Agent:
         if watch is None:  # the script ended first: the loader with the most batches
             watch = max(self.watches.values(), key=lambda w: (len(w.handed), -w.index))
         window = self.window(watch)
-        complete = enough(window, min_steps=self.min_steps, min_s=self.min_s)
+        complete = enough(window, min_steps=self.min_steps, min_s=self.least_s)
         loader = watch.loader
         samples = job_samples(getattr(loader, "dataset", None))
         stats = loader.stats() if self.mode != "synthetic" else {}

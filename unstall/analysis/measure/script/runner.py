@@ -23,6 +23,7 @@ from typing import Any
 from unstall.analysis.measure.machine import read_machine
 from unstall.analysis.measure.result import Measurement
 from unstall.analysis.measure.runs import Run
+from unstall.analysis.measure.script.agent import SYNTHETIC_SHARE
 from unstall.analysis.measure.script.hang import run_script
 
 #: Seconds one run of the script may take before it is stopped.
@@ -168,6 +169,7 @@ def measurement_of(
     batch = int(cold["batch_size"] or 0) or max(1, round(c.samples / c.steps))
     notes = [
         f"each run measured {window['steps']}+ steps and {window['min_s']:g}+ s of steady state "
+        f"(the model alone: {window['min_s'] * SYNTHETIC_SHARE:g}+ s) "
         f"after each iterator's start-up burst ({cold['burst']} batches: "
         f"{workers} workers x prefetch {cold.get('prefetch_factor') or 2}) and "
         f"{window['warmup']} warm-up steps (dataset {cold['dataset']})",
