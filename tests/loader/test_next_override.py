@@ -1,4 +1,4 @@
-"""An observer that hands out a running epoch's batches itself (`hooks.next_override`): how
+"""An observer that hands out a running epoch's batches itself (`hooks.next_replacer`): how
 `unstall analyze` times the model alone in the cold run's own process, once its window is
 written. The epoch keeps its length and ends as it would; one real batch is pulled."""
 

@@ -8,6 +8,7 @@ Observers must be quick and must not raise.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -98,24 +99,16 @@ def iterate_override(loader: Any) -> Iterator[Any] | None:
     return None
 
 
-def replaces_next(loader: Any) -> bool:
-    """Whether an observer hands out ``loader``'s next batch itself (`next_override`)."""
+def next_replacer(loader: Any) -> Callable[[Callable[[], Any]], Any] | None:
+    """The observer's ``next_batch`` that hands out ``loader``'s next batch in place of the
+    iterator, in an epoch already running (the analyzer's model-alone phase, after its measured
+    window on the job's own batches), else None. Observers may define ``replaces_next(loader)``
+    and ``next_batch(loader, pull)``, ``pull`` taking a real batch as the iterator would."""
     for observer, _ in _observers:
         replaces = getattr(observer, "replaces_next", None)
         if replaces is not None and replaces(loader):
-            return True
-    return False
-
-
-def next_override(loader: Any, pull: Callable[[], Any]) -> Any:
-    """The batch an observer hands out in place of ``loader``'s next one, in an epoch already
-    running (the analyzer's model-alone phase, after its measured window on the job's own
-    batches); ``pull`` takes a real batch, as the iterator's own ``next`` would."""
-    for observer, _ in _observers:
-        replaces = getattr(observer, "replaces_next", None)
-        if replaces is not None and replaces(loader):
-            return observer.next_batch(loader, pull)  # type: ignore[attr-defined]
-    return pull()
+            return functools.partial(observer.next_batch, loader)  # type: ignore[attr-defined]
+    return None
 
 
 def notify_finished(loader: Any) -> None:

@@ -75,21 +75,23 @@ class _Timed:
         return self
 
     def __next__(self) -> Any:
-        if hooks.observed() and hooks.replaces_next(self._loader):
-            return self._replaced()
+        if hooks.observed():
+            replace = hooks.next_replacer(self._loader)
+            if replace is not None:
+                return self._replaced(replace)
         return self._next()
 
     def _next(self) -> Any:
         raise NotImplementedError
 
-    def _replaced(self) -> Any:
-        """An observer's batch in place of the next (`hooks.next_override`): the epoch keeps
+    def _replaced(self, replace: Callable[[Callable[[], Any]], Any]) -> Any:
+        """An observer's batch in place of the next (`hooks.next_replacer`): the epoch keeps
         its length, and ends as it would."""
         if self._done or (self._length is not None and self._handed >= self._length):
             self._exhausted()
             raise StopIteration
         before = self._handed
-        batch = hooks.next_override(self._loader, self._next)
+        batch = replace(self._next)
         if self._handed == before:  # not a real batch pulled (that one counted itself)
             self._handed += 1
         return batch

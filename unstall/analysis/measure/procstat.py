@@ -7,6 +7,7 @@ machine (other jobs) are read here, so the analyzer can price cores, not workers
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import NamedTuple
@@ -49,11 +50,18 @@ def workers_cpu(pids: list[int]) -> tuple[float, float]:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
             cpu += (int(fields[11]) + int(fields[12])) * _TICK
-            with open(f"/proc/{pid}/schedstat", "rb") as f:
-                runq += int(f.read().split()[1]) / 1e9
+            runq += _schedstat(pid)[1]
         except (OSError, ValueError, IndexError):
             continue
     return cpu, runq
+
+
+def _schedstat(pid: int) -> tuple[float, float]:
+    """(seconds on a core, seconds waiting for one) of process ``pid`` so far, from
+    ``/proc/PID/schedstat`` (nanoseconds: finer than the ticks of ``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/schedstat", "rb") as f:
+        fields = f.read().split()
+    return int(fields[0]) / 1e9, int(fields[1]) / 1e9
 
 
 def wait_idle(pids: list[int], *, step_s: float = 0.05, most_s: float = 5.0) -> float:
@@ -63,15 +71,12 @@ def wait_idle(pids: list[int], *, step_s: float = 0.05, most_s: float = 5.0) -> 
     would otherwise be counted against the model's rate on a CPU-bound step."""
     start = time.perf_counter()
 
-    def on_cpu() -> float:  # nanoseconds on a core so far (schedstat: finer than ticks)
-        total = 0
+    def on_cpu() -> float:  # seconds on a core so far, together (a process gone: nothing)
+        total = 0.0
         for pid in pids:
-            try:
-                with open(f"/proc/{pid}/schedstat", "rb") as f:
-                    total += int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue
-        return total / 1e9
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += _schedstat(pid)[0]
+        return total
 
     before = on_cpu()
     while pids and time.perf_counter() - start < most_s:

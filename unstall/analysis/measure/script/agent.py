@@ -73,6 +73,8 @@ class Watch:
     segs: dict[int, int] = field(default_factory=dict)  # segment per iterator
     last: Any = None  # the current iterator's position list, held (its id is never reused)
     replaced: int | None = None  # the segment of the running epoch's batches after a switch
+    batch: Any = None  # the synthetic run's one real batch, handed out again and again
+    n: int | None = None  # its samples (None: no batch held yet)
 
     def seg_of(self) -> int:
         """The segment (one per iterator) of the batch just handed out: a new ``iter()``
@@ -100,7 +102,6 @@ class Agent:
     ):
         self.mode, self.warmup, self.out = mode, warmup, out
         self.then = then if then in MODES else ""  # measured next, in this process
-        self.switched = False  # on the ``then`` mode, in the epoch the last one ran
         self.after = ""  # the mode measured before this one in this process
         self.settled_s = 0.0  # waited at the switch for the workers' batches in hand
         self.min_steps, self.min_s, self.max_s = min_steps, min_s, max_s
@@ -150,44 +151,44 @@ class Agent:
 
     def replaces_next(self, loader: Any) -> bool:
         """After the switch to synthetic: the running epoch's batches are handed out here."""
-        return self.switched and not self._fetching and id(loader) in self.watches
+        switched = self.after != "" and self.mode == "synthetic"
+        return switched and not self._fetching and id(loader) in self.watches
 
     def next_batch(self, loader: Any, pull: Any) -> Any:
         """The running epoch's next batch, after the switch: the loader's one real batch
         (pulled once, by ``pull``) again."""
         watch = self.watches[id(loader)]
-        if not hasattr(watch, "batch"):
-            self._fetching = True
-            try:
-                watch.batch = pull()  # type: ignore[attr-defined]
-            finally:
-                self._fetching = False
-            watch.n = _batch_len(watch.batch)  # type: ignore[attr-defined]
+        self._hold(watch, pull)
         if watch.replaced is None:
             watch.replaced = len(watch.segs)
             watch.segs[watch.replaced] = watch.replaced
-        watch.handed.append(_handout(0.0, watch.n, watch.replaced))  # type: ignore[attr-defined]
-        self._check(watch)
-        return watch.batch  # type: ignore[attr-defined]
+        return self._again(watch, watch.replaced)
 
     # ---------------------------------------------------------------------------
     def _repeat(self, watch: Watch, length: int | None) -> Iterator[Any]:
-        loader = watch.loader
-        if not hasattr(watch, "batch"):
-            self._fetching = True
-            try:
-                it = iter(loader)
-                watch.batch = next(it)  # type: ignore[attr-defined]
-                del it  # workers stop: from here on the model alone
-            finally:
-                self._fetching = False
-            watch.n = _batch_len(watch.batch)  # type: ignore[attr-defined]
+        # a fresh iterator's first batch: its workers stop as it goes, the model alone after
+        self._hold(watch, lambda: next(iter(watch.loader)))
         seg = len(watch.segs)
         watch.segs[seg] = seg
         for _ in range(length) if length is not None else itertools.count():
-            watch.handed.append(_handout(0.0, watch.n, seg))  # type: ignore[attr-defined]
-            self._check(watch)
-            yield watch.batch  # type: ignore[attr-defined]
+            yield self._again(watch, seg)
+
+    def _hold(self, watch: Watch, pull: Any) -> None:
+        """Take the loader's one real batch with ``pull`` (its handout not recorded), once."""
+        if watch.n is not None:
+            return
+        self._fetching = True
+        try:
+            watch.batch = pull()
+        finally:
+            self._fetching = False
+        watch.n = _batch_len(watch.batch)
+
+    def _again(self, watch: Watch, seg: int) -> Any:
+        """The held batch handed out once more, recorded in segment ``seg``."""
+        watch.handed.append(_handout(0.0, watch.n or 0, seg))
+        self._check(watch)
+        return watch.batch
 
     def record(self, watch: Watch, wait_s: float, samples: int) -> None:
         watch.handed.append(_handout(wait_s, samples, watch.seg_of(), _worker_pids(watch)))
@@ -240,7 +241,6 @@ class Agent:
         """The window written: measure the ``then`` mode from here on, as a run of its own
         would (its own window, stop batch and document), in the epoch already running."""
         self.after, self.mode, self.then = self.mode, self.then, ""
-        self.switched = self.mode == "synthetic"
         self.written = False
         self.stop_at = None
         self._stop_file = os.path.join(self.out, f"stop-{self.mode}.json")
@@ -348,8 +348,7 @@ def _wire(watch: Watch) -> dict[str, Any] | None:
     transfer cost)."""
     from unstall.analysis.measure.wire import wire_probe
 
-    batch = getattr(watch, "batch", None)
-    return wire_probe(batch) if batch is not None else None
+    return wire_probe(watch.batch) if watch.n is not None else None
 
 
 def _batch_len(batch: Any) -> int:

@@ -124,7 +124,9 @@ def run_modes(
 ) -> dict[str, list[dict[str, Any]]]:
     """Run the script once, measuring ``modes[0]`` then (``modes[1]``, when given) the next in
     the same processes; each mode's documents, one per rank (none for a second mode the script
-    ended before)."""
+    ended before). The agent goes on to one mode at most."""
+    if len(modes) > 2:
+        raise ValueError(f"one run measures two modes at most, not {modes}")
     from unstall.launch.command import run_env
 
     out = tempfile.mkdtemp(prefix="unstall-analyze-")
@@ -133,7 +135,7 @@ def run_modes(
         # the agent joins each process
         UNSTALL_BOOT_HOOKS="unstall.analysis.measure.script.agent:install",
         UNSTALL_ANALYZE_MODE=modes[0],
-        UNSTALL_ANALYZE_THEN=",".join(modes[1:]),
+        UNSTALL_ANALYZE_THEN=modes[1] if len(modes) > 1 else "",
         UNSTALL_ANALYZE_OUT=out,
         UNSTALL_ANALYZE_WARMUP=str(window["warmup"]),
         UNSTALL_ANALYZE_STEPS=str(window["steps"]),
