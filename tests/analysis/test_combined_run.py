@@ -14,7 +14,21 @@ from unstall.analysis.measure.script import runner
 WINDOW = runner.window_of(quick=True, warmup=None, steps=None, min_s=None, timeout_s=60)
 
 
-def doc(mode: str, rank: int, *, complete: bool = True, steps: int = 20, after: str = "") -> dict:
+#: One batch's span as the loader's stats keep it: (the loop's wait start and end, worker id,
+#: task start, fetch end, end, prepare CPU seconds, samples, run-queue seconds).
+SPAN = [0.0, 0.001, 0, 0.0, 0.01, 0.02, 0.005, 8, 0.0]
+
+
+def doc(
+    mode: str,
+    rank: int,
+    *,
+    complete: bool = True,
+    steps: int = 20,
+    after: str = "",
+    evicted: bool = False,
+    timeline: list | None = None,
+) -> dict:
     """A run's document as the agent writes it (the fields the measurement reads)."""
     return {
         "mode": mode,
@@ -23,13 +37,13 @@ def doc(mode: str, rank: int, *, complete: bool = True, steps: int = 20, after: 
         "complete": complete,
         "steps": [[0.001, 0.01, 8]] * steps,
         "start": 0.0,
-        "timeline": [],
+        "timeline": timeline or [],
         "stats": {"samples": 800},
         "num_workers": 2,
         "batch_size": 8,
         "burst": 4,
         "dataset": "Made",
-        "evicted": False,
+        "evicted": evicted,
         "loaders": [],
         "files": [],
     }
@@ -43,7 +57,8 @@ def runs(monkeypatch: pytest.MonkeyPatch):
 
     def run_modes(command, modes, window, *, config_path=None):
         started.append(tuple(modes))
-        return {"cold": [doc("cold", r) for r in (0, 1)], "synthetic": state["synthetic"]}
+        cold = [doc("cold", r, **state.get("cold", {})) for r in (0, 1)]
+        return {"cold": cold, "synthetic": state["synthetic"]}
 
     def run_once(command, mode, window, *, config_path=None):
         started.append((mode,))
@@ -77,3 +92,24 @@ def test_a_script_that_ends_first_gets_a_synthetic_run_of_its_own(runs, syntheti
     m = runner.measure_script([sys.executable, "train.py"], WINDOW, quick=True)
     assert started == [("cold", "synthetic"), ("synthetic",)]
     assert any("timed in a run of its own" in n for n in m.notes)
+
+
+@pytest.mark.parametrize("timed", [True, False])
+def test_quick_runs_the_cached_run_only_where_the_workers_were_not_timed(runs, timed):
+    """The cold run's files evicted: with its workers timed per batch (their clocks split
+    prepare from fetch) it stands for the cached run; without (no spans) a cached run starts."""
+    started, state = runs
+    state["synthetic"] = [doc("synthetic", r, after="cold") for r in (0, 1)]
+    state["cold"] = {"evicted": True, "timeline": [SPAN] * 10 if timed else []}
+    m = runner.measure_script([sys.executable, "train.py"], WINDOW, quick=True)
+    reused = [n for n in m.notes if "no separate cached run" in n]
+    if timed:
+        assert started == [("cold", "synthetic")]
+        assert reused and "the workers' own clocks split the cold run's time" in reused[0]
+        assert m.runs["cached"].steps == m.runs["cold"].steps
+    else:
+        assert started == [("cold", "synthetic"), ("cached",)] and not reused
+    # without --quick the cached run is its own, timed workers or not
+    del started[:]
+    runner.measure_script([sys.executable, "train.py"], WINDOW, quick=False)
+    assert started == [("cold", "synthetic"), ("cached",)]

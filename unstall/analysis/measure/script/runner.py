@@ -78,10 +78,9 @@ def measure_script(
         synthetic = run_once(command, "synthetic", window)
         say(None)
     per_rank = {"synthetic": synthetic, "cold": cold}
-    if quick and not any(d.get("evicted") for d in cold):
-        # nothing could be evicted: the cold run already read what the page cache
-        # held, and a script's prep/fetch split comes from the workers' clocks
-        per_rank["cached"] = [{**d, "mode": "cached", "reused": True} for d in cold]
+    reused = _cold_stands_for_cached(cold) if quick else ""
+    if reused:
+        per_rank["cached"] = [{**d, "mode": "cached", "reused": reused} for d in cold]
     else:
         say(f"cached run: {' '.join(command)}")
         per_rank["cached"] = run_once(command, "cached", window)
@@ -93,6 +92,27 @@ def measure_script(
         for mode, found in per_rank.items()
     }
     return measurement_of(command, docs, window, ranks)
+
+
+def _cold_stands_for_cached(cold: list[dict[str, Any]]) -> str:
+    """Why ``--quick`` needs no separate cached run after ``cold`` (each rank's document), or
+    "" when it does. A script's prep/fetch split comes from its workers' clocks, so the
+    cached run (the page cache warm) is only their stand-in where the cold run could not time
+    its workers (num_workers=0, an iterable dataset on torch's own iterator)."""
+    if not any(d.get("evicted") for d in cold):
+        return "the dataset names no files to evict, so the cold run read what the page cache held"
+    if all(_workers_timed(d) for d in cold):
+        return "the workers' own clocks split the cold run's time into prepare and fetch"
+    return ""
+
+
+def _workers_timed(doc: dict[str, Any]) -> bool:
+    """Whether a run's document times its workers per sample: a map-style loader's batch
+    spans (their CPU in field 6, samples in field 7), or an iterable dataset's workers read
+    from /proc over the window (the two sources `unstall.analysis.rates.script` reads)."""
+    if any(len(s) >= 8 and s[7] for s in doc.get("timeline", [])):
+        return True
+    return bool(doc.get("passthrough")) and doc.get("workers_cpu_s", 0.0) > 0
 
 
 def _whole(synthetic: list[dict[str, Any]], cold: list[dict[str, Any]]) -> bool:
@@ -191,8 +211,8 @@ def measurement_of(
         )
     if docs["cached"].get("reused"):
         notes.append(
-            "--quick: no separate cached run (the dataset names no files to evict, so the "
-            "cold run read what the page cache held): the cold run stands for both"
+            f"--quick: no separate cached run ({docs['cached']['reused']}): the cold run "
+            "stands for both"
         )
     for mode, doc in docs.items():
         if not doc.get("complete", True):
