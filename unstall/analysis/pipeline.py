@@ -135,13 +135,20 @@ def analyze_script(
     )
     verify = (not quick) if verify is None else verify
     with progress_bar(console) as bar:
-        task = bar.add_task("runs", total=3 + int(verify))
+        # the runs known to come: the cold one (going on as the model alone) and the
+        # verification; a separate synthetic or cached run, when one is needed, adds itself
+        task = bar.add_task("runs", total=1 + int(verify))
+        measuring = [0]
 
         def progress(description: str | None) -> None:
             if description is None:
                 bar.update(task, advance=1)
-            else:
-                bar.update(task, description=description)
+                return
+            if not description.startswith("verifying"):
+                measuring[0] += 1
+                if measuring[0] > 1:
+                    bar.update(task, total=int(verify) + measuring[0])
+            bar.update(task, description=description)
 
         m = measure_script(command, window, quick=quick, progress=progress)
         a = ask(model_of(derive_script(m)), what_if)
