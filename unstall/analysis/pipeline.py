@@ -136,29 +136,27 @@ def analyze_script(
     verify = (not quick) if verify is None else verify
     with progress_bar(console) as bar:
         # the runs known to come: the cold one (going on as the model alone) and the
-        # verification; a separate synthetic or cached run, when one is needed, adds itself
+        # verification; each further run the measurement starts (a separate synthetic or
+        # cached one) adds itself
         task = bar.add_task("runs", total=1 + int(verify))
-        measuring = [0]
+        measured = [0]  # runs the measurement started
 
         def progress(description: str | None) -> None:
             if description is None:
                 bar.update(task, advance=1)
                 return
-            if not description.startswith("verifying"):
-                measuring[0] += 1
-                if measuring[0] > 1:
-                    bar.update(task, total=int(verify) + measuring[0])
-            bar.update(task, description=description)
+            measured[0] += 1
+            bar.update(task, description=description, total=int(verify) + measured[0])
 
         m = measure_script(command, window, quick=quick, progress=progress)
         a = ask(model_of(derive_script(m)), what_if)
         advice = advise(a)
         verified = None
         if verify:
-            progress("verifying the recommendation")
+            bar.update(task, description="verifying the recommendation")
             before = round(a.derived.measured, 2)
             verified = verify_recommendation(command, advice.recommendation, before, window)
-            progress(None)
+            bar.update(task, advance=1)
     report = build_report(advice, html_dir=html_dir, verified=verified)
     if html_dir is not None:
         from unstall.analysis.report.html import write_report
