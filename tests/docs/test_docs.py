@@ -135,12 +135,17 @@ def test_readme_is_short_and_starts_with_the_two_commands():
         "&& unstall demo",
         'python3 -m venv .venv && . .venv/bin/activate && pip --isolated install "torch==2.13.0" '
         '"torchvision==0.28.0" && pip install -e ".[test]" '
-        '&& pytest -n 3 -m "not serial" && pytest -m serial',
+        '&& pytest -n 3 -m "not timed and not alone" '
+        "&& pytest -n 2 --core-per-worker --dist loadfile -m timed && pytest -m alone",
     ]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()  # the same commands run in CI
     assert 'pip --isolated install -q "torch==2.13.0" "torchvision==0.28.0"' in ci
     assert 'pip install -q -e ".[test]"' in ci
-    assert ci[-2:] == ['pytest -n 3 -m "not serial"', "pytest -m serial"]
+    assert ci[-3:] == [
+        'pytest -n 3 -m "not timed and not alone"',
+        "pytest -n 2 --core-per-worker --dist loadfile -m timed",
+        "pytest -m alone",
+    ]
 
 
 def test_report_picture_is_not_blank_and_its_run_is_kept():

@@ -130,7 +130,7 @@ def stage_threads() -> list[threading.Thread]:
 @pytest.mark.parametrize("how", ["break and close", "exception", "end of epoch"])
 def test_the_stage_thread_stops_and_leaves_nothing(jpeg_dir, monkeypatch, how):
     monkeypatch.setenv(ENGINE_ENV, "dali")
-    threads_before = set(threading.enumerate())  # /dev/shm as a whole: test_hybrid (serial)
+    threads_before = set(threading.enumerate())  # /dev/shm as a whole: test_hybrid (alone)
     hybrid = loader(jpeg_dir, "hybrid", zero_copy=True)
     if how == "break and close":
         for _batch in hybrid:

@@ -22,7 +22,8 @@ import torch
 import unstall
 from tests.remote.datasets import Noisy, NotOnTheNodes
 
-#: The module's tests share one cluster (conftest.py) and run in order, in the serial half.
+#: The module's tests share one cluster (conftest.py) and run in order, on one xdist worker of
+#: the timed tests (`--dist loadfile`: a file's tests go to one worker), on one core.
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -93,7 +93,7 @@ def test_truncated_shard_on_s3_names_shard_and_member(s3_tars, upload):
         len(TarShards(url, **opts))  # shard 3 is indexed in the background; len() waits for it
 
 
-@pytest.mark.serial  # background downloads and eviction race a busy neighbour on 2 cores
+@pytest.mark.timed  # background downloads and eviction race a busy neighbour on 2 cores
 def test_window_mode_keeps_only_the_window_on_disk(s3_tars):
     url, paths, opts = s3_tars
     biggest = max(p.stat().st_size for p in paths)
