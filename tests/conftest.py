@@ -75,8 +75,21 @@ ALONE = (
     # one core wait for it more than on two), within 15 % on two
     "tests/analysis/test_file_cache.py::test_fetch_bound_script_gets_the_file_cache_verified",
     "tests/analysis/test_imagenet_example.py::",
-    # 8 workers on one core slow the model's own steps below the test's bound for two cores
-    "tests/analysis/test_real_jobs.py::test_more_workers_than_cores_cpu_only_is_prep_not_fetch",
+)
+
+
+#: Files whose tests take longest (15-50 s each on two cores: whole training scripts, the
+#: frameworks', benches, the Ray cluster): first in the order, so xdist hands them out at the
+#: start and each worker's last minutes are short tests (started last, one ran 30-50 s on
+#: after the others had finished). A file's tests keep their order.
+SLOW_FIRST = (
+    "tests/bench/test_launch.py",
+    "tests/launch/test_frameworks.py",
+    "tests/analysis/test_frameworks.py",
+    "tests/bench/test_autotune.py",
+    "tests/launch/test_torchvision.py",
+    "tests/loader/test_order.py",
+    "tests/remote/test_ray.py",
 )
 
 
@@ -107,10 +120,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the `TIMED` tests (by path, so a new test in a timing folder is timed too), less
-    the `UNTIMED` ones (by test id), and the `ALONE` ones (by test id)."""
+    the `UNTIMED` ones (by test id), and the `ALONE` ones (by test id); the `SLOW_FIRST`
+    files' tests first."""
     root = Path(str(config.rootpath))
+
+    def path_of(item: pytest.Item) -> str:
+        return Path(str(item.path)).relative_to(root).as_posix()
+
+    items.sort(key=lambda item: not path_of(item).startswith(SLOW_FIRST))  # stable
     for item in items:
-        path = Path(str(item.path)).relative_to(root).as_posix()
+        path = path_of(item)
         test_id = path + "::" + item.nodeid.split("::", 1)[-1]
         if test_id.startswith(ALONE):
             item.add_marker(pytest.mark.alone)
