@@ -45,7 +45,9 @@ TIMED = (
     "tests/data/shards/test_together.py",
     "tests/distributed/test_tls.py",
     "tests/gpu/test_hybrid.py",
-    "tests/loader/test_autotune.py",  # the tuner reads its cores' load
+    # the tuner reads its cores' load; its tests check that no autotune share file is left in
+    # /dev/shm, which no other timed test makes (they need a torchrun job or a job key)
+    "tests/loader/test_autotune.py",
     "tests/loader/test_iterator_stats.py",
     "tests/loader/test_torch_parity.py",
     "tests/stores/test_throttle.py",
@@ -67,14 +69,17 @@ UNTIMED = (
     "tests/analysis/test_verify.py::",
 )
 
-#: Tests that need the whole machine, every core (their figures hold for two cores, not one):
-#: the ``alone`` marker, run by themselves last.
+#: Tests that need the whole machine: every core (their figures hold for two cores, not one),
+#: or all of /dev/shm (a file another test makes beside them would show): the ``alone``
+#: marker, run by themselves last.
 ALONE = (
     # a recommendation re-run and held to 15 % of its price: on one core the price came out
     # 16-26 % optimistic (the model has no queueing term: 4 workers and the loop's own steps on
     # one core wait for it more than on two), within 15 % on two
     "tests/analysis/test_file_cache.py::test_fetch_bound_script_gets_the_file_cache_verified",
     "tests/analysis/test_imagenet_example.py::",
+    # every file of /dev/shm before and after
+    "tests/gpu/test_hybrid.py::test_shutdown_leaves_no_thread_process_or_shared_memory",
 )
 
 

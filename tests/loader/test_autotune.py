@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -63,22 +62,7 @@ def _clean_shm():
     yield
     gc.collect()
     assert leftover_slots() == []
-    assert _own_share_files() == []
-
-
-def _own_share_files() -> list[str]:
-    """The node's autotune share files (`slot_dir`) holding an entry of this process: those a
-    test left behind (another job's, running beside the test, are not its)."""
-    own = []
-    for name in os.listdir(slot_dir()):
-        if name.startswith(SHARE_PREFIX):
-            try:
-                doc = json.loads((Path(slot_dir()) / name).read_bytes() or b"{}")
-            except (OSError, ValueError):  # removed or being written by its job
-                continue
-            if str(os.getpid()) in doc:
-                own.append(name)
-    return own
+    assert not [n for n in os.listdir(slot_dir()) if n.startswith(SHARE_PREFIX)]
 
 
 @pytest.mark.parametrize("persistent", [False, True])
