@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import multiprocessing.queues
+import threading
 import time
 import weakref
 
@@ -132,3 +134,29 @@ def test_an_iterator_left_in_a_reference_cycle_stops_its_workers_at_once(persist
     while workers_left(before) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert workers_left(before) == []
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_loader_freed_mid_epoch_leaves_no_queue_thread_running(monkeypatch, persistent):
+    # torch closes its index queues without joining their feeder threads: each ends a
+    # moment later on its own, so a thread count taken right after the loader went once
+    # saw a QueueFeederThread (tests/gpu/test_hybrid.py's shutdown test, 1 run in 7). The
+    # feeder's end is slowed here by 0.3 s, so the race goes the same way every time.
+    real_feed = multiprocessing.queues.Queue._feed
+
+    def slow_feed(*args: object) -> None:
+        real_feed(*args)
+        time.sleep(0.3)
+
+    monkeypatch.setattr(multiprocessing.queues.Queue, "_feed", staticmethod(slow_feed))
+    threads_before = set(threading.enumerate())
+    loader = unstall.DataLoader(
+        IdDataset(64), batch_size=4, num_workers=2, persistent_workers=persistent
+    )
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1, 2, 3]
+    feeders = [t for t in threading.enumerate() if t.name == "QueueFeederThread"]
+    assert len(feeders) == 2  # one per worker's index queue, in this process
+    del it, loader
+    gc.collect()
+    assert [t.name for t in set(threading.enumerate()) - threads_before] == []

@@ -298,7 +298,27 @@ def _stop_workers(it: Any) -> None:
     for w in it._workers:
         w.join(timeout=5)
     with contextlib.suppress(Exception):  # the error to raise is the watchdog's
-        it._shutdown_workers()
+        shutdown(it)
+
+
+#: How long a shutdown waits for each index queue's feeder thread to end [seconds].
+FEEDER_EXIT_S = 2.0
+
+
+def shutdown(it: Any) -> None:
+    """torch's ``_shutdown_workers``, and then the feeder threads of its index queues ended.
+
+    torch closes those queues without joining their threads (``cancel_join_thread``):
+    each ends a moment later, on its own, so a loader just shut down still had a
+    ``QueueFeederThread`` running (seen once in a test that counts threads after
+    shutdown). Joining them, bounded (a feeder blocked on a full pipe whose reader died
+    never ends), makes the shutdown whole when it returns.
+    """
+    it._shutdown_workers()
+    for queue in getattr(it, "_index_queues", ()):
+        feeder = getattr(queue, "_thread", None)
+        if feeder is not None:
+            feeder.join(timeout=FEEDER_EXIT_S)
 
 
 def render(state: dict[str, Any]) -> str:

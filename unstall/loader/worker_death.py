@@ -150,7 +150,7 @@ def stop_workers_when_gone(owner: Any, torch_iter: Any) -> None:
 def _shutdown(pid: int, torch_iter: Any) -> None:
     if os.getpid() == pid:
         torch_iter._unstall_stopper = None  # no cycle: the iterator goes by refcount now
-        torch_iter._shutdown_workers()
+        watchdog.shutdown(torch_iter)
 
 
 def stop_workers(torch_iter: Any) -> None:
@@ -162,4 +162,4 @@ def stop_workers(torch_iter: Any) -> None:
     if stopper is not None:
         stopper.detach()
         torch_iter._unstall_stopper = None
-    torch_iter._shutdown_workers()
+    watchdog.shutdown(torch_iter)
