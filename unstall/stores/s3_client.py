@@ -75,10 +75,10 @@ class Fetcher(RangeOps):
         self.max_inflight = settings.max_inflight
         self.latency_s: float | None = None
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
+        self._loop_thread = threading.Thread(
             target=self._loop.run_forever, name=f"unstall-s3-{pid}", daemon=True
         )
-        self._thread.start()
+        self._loop_thread.start()
         self._sem: asyncio.Semaphore | None = None
         self._sem_size = 0
         self._counts = dict.fromkeys(_COUNTS, 0)
@@ -188,7 +188,7 @@ class Fetcher(RangeOps):
         """Stop the loop thread (only from the process that made it); safe to call twice."""
         if self.pid == os.getpid() and self._loop.is_running():
             self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
+            self._loop_thread.join(timeout=5)
 
     # Internals -----------------------------------------------------------------
     def _probe(self, keys: list[str], results: list[bytes | None]) -> int:

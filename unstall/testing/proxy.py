@@ -111,7 +111,7 @@ class DelayProxy:
         self.port = 0
         self._seen: collections.Counter = collections.Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._server_thread: threading.Thread | None = None
         self._server: asyncio.base_events.Server | None = None
         self._finalizer: weakref.finalize | None = None
         self._clients: weakref.WeakSet[_Client] = weakref.WeakSet()
@@ -121,7 +121,7 @@ class DelayProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> DelayProxy:
-        if self._thread is not None:
+        if self._server_thread is not None:
             return self
         loop = asyncio.new_event_loop()
         ready = threading.Event()
@@ -141,17 +141,17 @@ class DelayProxy:
             loop.close()
 
         self._loop = loop
-        self._thread = threading.Thread(target=run, name="unstall-delay-proxy", daemon=True)
-        self._thread.start()
+        self._server_thread = threading.Thread(target=run, name="unstall-delay-proxy", daemon=True)
+        self._server_thread.start()
         if not ready.wait(10):
             raise RuntimeError("DelayProxy did not start within 10 s")
-        self._finalizer = weakref.finalize(self, _stop_loop, loop, self._thread, os.getpid())
+        self._finalizer = weakref.finalize(self, _stop_loop, loop, self._server_thread, os.getpid())
         return self
 
     def stop(self) -> None:
         if self._finalizer is not None:
             self._finalizer()
-        self._thread = None
+        self._server_thread = None
 
     def reset_stats(self) -> None:
         self.stats = ProxyStats()
