@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from unstall.analysis.measure.machine import read_machine
-from unstall.analysis.model.predict import Config, hit_rate, predict
+from unstall.analysis.model.predict import Config, hit_rate, loop_cap, predict, prep_capacity
 from unstall.analysis.model.whatif import grid, parse_what_if
 from unstall.analysis.rates.result import Rates
 from unstall.analysis.recommend.search import recommend
@@ -37,6 +37,25 @@ def test_each_cap_and_the_binding_one():
     # half cached with no eviction: storage serves half the samples
     p = predict(RATES, Config(workers=8, batch_size=16, cache=0.5, inflight=16, prefetch=True))
     assert p.caps["fetch"] == pytest.approx(400)
+
+
+def test_the_loops_wait_for_a_core_grows_with_the_workers_load():
+    # the file cache's job on one core: G 390/s, 1 ms of worker CPU a sample, 15.5 ms a file
+    # from storage; its loop waited 0.1 ms a sample for the core while the workers kept
+    # 0.24 of it busy (240/s measured)
+    job = Rates(390.0, 0.001, 1.0, 32_500.0, 1e12, 0.0155)
+    timed = replace(job, loop_runq_s=0.0001, loop_runq_load=0.24)
+    cached = Config(workers=4, batch_size=8, cache=0.75)
+    assert predict(job, cached).caps["compute"] == 390.0  # not measured: G as it was
+    assert loop_cap(timed, 240.0) == pytest.approx(1 / (1 / 390 + 0.0001))  # as measured
+    p = predict(timed, cached)
+    g = p.caps["compute"]
+    assert p.bound == "compute" and 340 < g < 1 / (1 / 390 + 0.0001)  # busier cores: longer
+    assert g == pytest.approx(loop_cap(timed, g), rel=1e-3)  # the rate it prices at
+    assert loop_cap(timed, 2000.0) == pytest.approx(1 / (1 / 390 + 4 * 0.0001))  # at most 4x
+    # preparing elsewhere (a GPU, remote workers) leaves the loop's core alone; P ignores it
+    assert predict(replace(timed, prep_cpu_s=0.0), cached).caps["compute"] == 390.0
+    assert prep_capacity(timed, cached) == prep_capacity(job, cached)
 
 
 def test_latency_bound_store_follows_littles_law():

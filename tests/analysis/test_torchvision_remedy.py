@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import torchvision
-
 from tests.conftest import write_jpegs
 from unstall.analysis.measure.lean import job_samples, lean_probe
 from unstall.analysis.model.predict import Config, prep_capacity
@@ -96,6 +94,8 @@ def test_lean_probe_finds_the_files_unstall_and_torchvision_folders_list(tmp_pat
     assert probe is not None and probe["samples"] == 6
     assert probe["own_cpu_s"] > 0 and probe["lean_cpu_s"] > 0
     assert probe["adapt"] is None and probe["adapt_refused"] is None  # not a torchvision one
+    import torchvision  # here: 1.75 s to import, for this test only
+
     theirs = torchvision.datasets.ImageFolder(root)
     assert job_samples(theirs) == [(path, i) for i, (path, _) in enumerate(theirs.samples)]
 

@@ -31,6 +31,7 @@ class Handout:
     busy: float = 0.0
     workers_cpu: float = 0.0  # iterable datasets' workers, from /proc (no per-batch spans)
     workers_runq: float = 0.0
+    loop_runq: float = 0.0  # seconds the loop's thread waited for a core so far (schedstat)
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Window:
     machine_busy_s: float = 0.0
     workers_cpu_s: float = 0.0
     workers_runq_s: float = 0.0
+    loop_runq_s: float = 0.0
     skipped: int = 0
 
     @property
@@ -95,6 +97,7 @@ def steady_window(handouts: list[Handout], *, skip_first: int, skip_each: int) -
             out.machine_busy_s += b.busy - a.busy
             out.workers_cpu_s += max(0.0, b.workers_cpu - a.workers_cpu)
             out.workers_runq_s += max(0.0, b.workers_runq - a.workers_runq)
+            out.loop_runq_s += max(0.0, b.loop_runq - a.loop_runq)
         out.bounds.append((pairs[0][0].t - pairs[0][0].wait, pairs[-1][1].t))
     return out
 

@@ -29,6 +29,11 @@ class Rates:
         proc_cpu_s: CPU seconds per sample of the whole training process (the loop, the
             model's host work, pin-memory thread): it takes cores from the workers, so
             workers and process together cap the rate at ``cores / (prep_cpu_s + proc_cpu_s)``.
+        loop_runq_s: seconds per sample the training loop's thread waited for a core in the
+            measured run (``/proc/thread-self/schedstat``): the workers' CPU beside it on the
+            same cores (on one core, 2-3 ms a step: 10-15 % of a 20 ms step).
+        loop_runq_load: cores the workers kept busy then (their CPU per sample times the
+            measured rate): the loop's wait is priced in proportion to it (`predict`).
     """
 
     ingestion: float
@@ -40,6 +45,8 @@ class Rates:
     main_cpu_s: float = 0.0
     cache_read_s: float = 0.0
     proc_cpu_s: float = 0.0
+    loop_runq_s: float = 0.0
+    loop_runq_load: float = 0.0
 
     def batch_fetch_s(
         self,

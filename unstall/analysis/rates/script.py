@@ -46,6 +46,7 @@ class WindowFigures:
     worker_io_s: float | None = None
     proc_cpu_s: float = 0.0
     loop_cpu_s: float = 0.0
+    loop_runq_s: float = 0.0
     other_cores: float = 0.0
     spans: int = 0
     notes: list[str] = field(default_factory=list)
@@ -95,6 +96,7 @@ def figures(doc: dict[str, Any]) -> WindowFigures:
         )
     if samples:
         out.proc_cpu_s = max(0.0, float(doc.get("main_cpu_s", 0.0))) / samples
+        out.loop_runq_s = max(0.0, float(doc.get("loop_runq_s", 0.0))) / samples
         stats = doc.get("stats") or {}
         if stats.get("samples"):
             out.loop_cpu_s = float(stats.get("main_cpu_s", 0.0)) / stats["samples"]
@@ -171,6 +173,9 @@ def derive(runs: dict[str, WindowFigures], *, cores: int, workers: int) -> Scrip
         latency_s=io,
         main_cpu_s=src.loop_cpu_s,
         proc_cpu_s=src.proc_cpu_s,
+        # G in the job already holds the loop's waits for a core when it was slowed there
+        loop_runq_s=src.loop_runq_s if g == syn.steady_rate else 0.0,
+        loop_runq_load=src.rate * c,
     )
     measured = cold.rate
     compute = min(1.0, measured / g) if g > 0 else 1.0
@@ -271,5 +276,6 @@ def delivered_floor(rates: Rates, m: Measurement, measured: float, notes: list[s
         f"the workers delivered {measured:,.0f} samples/s, more than their timed CPU per "
         f"sample allows ({p:,.0f}/s): P is taken as at least the delivered rate"
     )
-    scaled = {f: getattr(rates, f) * k for f in ("prep_cpu_s", "proc_cpu_s", "main_cpu_s")}
+    fields = ("prep_cpu_s", "proc_cpu_s", "main_cpu_s", "loop_runq_load")  # the load as timed
+    scaled = {f: getattr(rates, f) * k for f in fields}
     return replace(rates, **scaled)

@@ -55,7 +55,7 @@ from unstall.analysis.measure.steady import (
     loader_worker_pids,
     steady_window,
 )
-from unstall.loader import hooks
+from unstall.loader import hooks, schedclock
 
 MODES = ("synthetic", "cold", "cached")
 #: The model-alone window's least seconds, as a share of the others'.
@@ -282,6 +282,7 @@ class Agent:
             "passthrough": bool(getattr(loader, "passthrough", False)),
             "workers_cpu_s": window.workers_cpu_s,
             "workers_runq_s": window.workers_runq_s,
+            "loop_runq_s": window.loop_runq_s,
             "machine_busy_s": window.machine_busy_s,
             "num_workers": getattr(loader, "num_workers", 0),
             "prefetch_factor": getattr(loader, "prefetch_factor", None),
@@ -333,6 +334,7 @@ def _handout(wait_s: float, samples: int, seg: int, pids: list[int] | None = Non
         snap.machine_busy_s,
         w_cpu,
         w_runq,
+        max(0.0, schedclock.runq_s()),  # on the loop's thread: the hook runs in its __next__
     )
 
 
