@@ -30,12 +30,14 @@ batch's fetch + prepare time, so a job whose batches are slow by nature is never
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import signal
 import time
 import weakref
 from typing import Any
 
+import torch.multiprocessing
 from torch.utils.data import _utils as torch_utils
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter as _MultiIter
 
@@ -319,6 +321,26 @@ def shutdown(it: Any) -> None:
         feeder = getattr(queue, "_thread", None)
         if feeder is not None:
             feeder.join(timeout=FEEDER_EXIT_S)
+    if torch.multiprocessing.get_sharing_strategy() == "file_descriptor":
+        for worker in getattr(it, "_workers", ()):
+            if worker.exitcode:  # killed (or failed): it may have died holding a name
+                unlink_torch_names(worker.pid)
+
+
+def unlink_torch_names(pid: int) -> list[str]:
+    """Remove the ``torch_PID_*`` names process ``pid`` (ended) left in the OS's shared memory.
+
+    torch's ``file_descriptor`` strategy shares a tensor by creating ``/dev/shm/torch_PID_*``
+    and unlinking it at once, passing the descriptor on: a worker killed between the two
+    leaves the name for good (seen once in CI's layout: a 0-byte ``torch_16693_..._1``, its
+    process gone). No one opens such a name later, so removing it loses nothing.
+    """
+    removed = []
+    for path in glob.glob(os.path.join(machine.DEFAULT_SHM_DIR, f"torch_{pid}_*")):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed.append(path)
+    return removed
 
 
 def render(state: dict[str, Any]) -> str:
