@@ -30,20 +30,19 @@ batch's fetch + prepare time, so a job whose batches are slow by nature is never
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import signal
 import time
 import weakref
 from typing import Any
 
-import torch.multiprocessing
 from torch.utils.data import _utils as torch_utils
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter as _MultiIter
 
 from unstall import machine
 from unstall.errors import UnstallError
 from unstall.loader import stuck_start
+from unstall.loader.torch_shutdown import shutdown
 
 #: The bound when none is set [s]: a few minutes.
 DEFAULT_S = 300.0
@@ -301,46 +300,6 @@ def _stop_workers(it: Any) -> None:
         w.join(timeout=5)
     with contextlib.suppress(Exception):  # the error to raise is the watchdog's
         shutdown(it)
-
-
-#: How long a shutdown waits for each index queue's feeder thread to end [seconds].
-FEEDER_EXIT_S = 2.0
-
-
-def shutdown(it: Any) -> None:
-    """torch's ``_shutdown_workers``, and then the feeder threads of its index queues ended.
-
-    torch closes those queues without joining their threads (``cancel_join_thread``):
-    each ends a moment later, on its own, so a loader just shut down still had a
-    ``QueueFeederThread`` running (seen once in a test that counts threads after
-    shutdown). Joining them, bounded (a feeder blocked on a full pipe whose reader died
-    never ends), makes the shutdown whole when it returns.
-    """
-    it._shutdown_workers()
-    for queue in getattr(it, "_index_queues", ()):
-        feeder = getattr(queue, "_thread", None)
-        if feeder is not None:
-            feeder.join(timeout=FEEDER_EXIT_S)
-    if torch.multiprocessing.get_sharing_strategy() == "file_descriptor":
-        for worker in getattr(it, "_workers", ()):
-            if worker.exitcode:  # killed (or failed): it may have died holding a name
-                unlink_torch_names(worker.pid)
-
-
-def unlink_torch_names(pid: int) -> list[str]:
-    """Remove the ``torch_PID_*`` names process ``pid`` (ended) left in the OS's shared memory.
-
-    torch's ``file_descriptor`` strategy shares a tensor by creating ``/dev/shm/torch_PID_*``
-    and unlinking it at once, passing the descriptor on: a worker killed between the two
-    leaves the name for good (seen once in CI's layout: a 0-byte ``torch_16693_..._1``, its
-    process gone). No one opens such a name later, so removing it loses nothing.
-    """
-    removed = []
-    for path in glob.glob(os.path.join(machine.DEFAULT_SHM_DIR, f"torch_{pid}_*")):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-            removed.append(path)
-    return removed
 
 
 def render(state: dict[str, Any]) -> str:

@@ -32,6 +32,7 @@ import torch
 import torch.utils.data.dataloader as torch_dataloader
 
 from unstall.loader import watchdog
+from unstall.loader.torch_shutdown import shutdown
 
 #: How long a lock may stay held before it counts as abandoned [seconds].
 STUCK_AFTER_S = 0.05
@@ -150,7 +151,7 @@ def stop_workers_when_gone(owner: Any, torch_iter: Any) -> None:
 def _shutdown(pid: int, torch_iter: Any) -> None:
     if os.getpid() == pid:
         torch_iter._unstall_stopper = None  # no cycle: the iterator goes by refcount now
-        watchdog.shutdown(torch_iter)
+        shutdown(torch_iter)
 
 
 def stop_workers(torch_iter: Any) -> None:
@@ -162,4 +163,4 @@ def stop_workers(torch_iter: Any) -> None:
     if stopper is not None:
         stopper.detach()
         torch_iter._unstall_stopper = None
-    watchdog.shutdown(torch_iter)
+    shutdown(torch_iter)

@@ -130,7 +130,8 @@ def derive(runs: dict[str, WindowFigures], *, cores: int, workers: int) -> Scrip
     # the model alone: its median step, bursts aside
     g = syn.steady_rate
     notes: list[str] = []
-    if 0 < cold.compute_rate < MODEL_SLOWED * g:
+    slowed = 0 < cold.compute_rate < MODEL_SLOWED * g
+    if slowed:
         # the model itself ran slower beside the loader (a model on the CPU shares the cores
         # with the workers, or other jobs took them): its rate in the job is what binds
         # the figures as the report rounds them (to 0.01), so the note reads the same
@@ -174,7 +175,7 @@ def derive(runs: dict[str, WindowFigures], *, cores: int, workers: int) -> Scrip
         main_cpu_s=src.loop_cpu_s,
         proc_cpu_s=src.proc_cpu_s,
         # G in the job already holds the loop's waits for a core when it was slowed there
-        loop_runq_s=src.loop_runq_s if g == syn.steady_rate else 0.0,
+        loop_runq_s=0.0 if slowed else src.loop_runq_s,
         loop_runq_load=src.rate * c,
     )
     measured = cold.rate
