@@ -155,8 +155,10 @@ def test_a_loader_freed_mid_epoch_leaves_no_queue_thread_running(monkeypatch, pe
     )
     it = iter(loader)
     assert next(it).tolist() == [0, 1, 2, 3]
-    feeders = [t for t in threading.enumerate() if t.name == "QueueFeederThread"]
-    assert len(feeders) == 2  # one per worker's index queue, in this process
+    # one per worker's index queue, in this process (an earlier test's loader, not yet
+    # collected, may still have its own)
+    new = set(threading.enumerate()) - threads_before
+    assert [t.name for t in new] == ["QueueFeederThread"] * 2
     del it, loader
     gc.collect()
     assert [t.name for t in set(threading.enumerate()) - threads_before] == []
