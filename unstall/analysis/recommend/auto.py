@@ -31,7 +31,6 @@ from unstall.loader.autotune import AUTO, Budget, Window, policy
 from unstall.loader.autotune.policy import (
     GAIN,
     GROW_UNDONE,
-    START_WORKERS,
     WINDOW_BATCHES,
     WINDOW_S,
     undoes,
@@ -130,7 +129,7 @@ def settle(
 ) -> Settling:
     """Where ``num_workers="auto"`` would settle on this job, and the walk there."""
     r = max(1, ranks)
-    start = max(1, min(START_WORKERS, node_cores, node_cores // r or 1))
+    start = policy.start_workers(node_cores, r)
     at = lambda n: replace(base, workers=n)  # noqa: E731
     path, batches, whys = [start], [], []
     lost_batches: list[tuple[int, int]] = []  # (pool, batches) spent before each change
@@ -270,7 +269,7 @@ def auto_row(
     row: dict[str, Any] = {
         "remedy": "auto",
         "what": "DataLoader(num_workers='auto'): the loader sizes its pool while the job runs "
-        f"(starts at {min(START_WORKERS, node_cores)}, grows while the loop waits and cores "
+        f"(starts at {policy.start_workers(node_cores)}, grows while the loop waits and cores "
         "are free, shrinks when workers idle, keeps watching)",
         "applies": 'unstall run --config FILE, FILE holding {"kwargs": {"num_workers": '
         '"auto"}} (no edit of the script)',

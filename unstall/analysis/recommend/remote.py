@@ -19,7 +19,6 @@ CPUs are a cluster's, which the analysis cannot see or reserve.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import replace
 from typing import Any
 
@@ -197,8 +196,3 @@ def _unpriced(what: str, measured: float, why: str) -> dict[str, Any]:
 
 def _mib(nbytes: float) -> str:
     return f"{math.ceil(nbytes / 2**20)}MiB"
-
-
-def named_cluster() -> str | None:
-    """The Ray cluster this environment names (``$RAY_ADDRESS``), or None."""
-    return os.environ.get("RAY_ADDRESS") or None

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from unstall import machine
 from unstall.analysis.model.stage import Analysis
 from unstall.analysis.recommend.auto import auto_row, with_auto
 from unstall.analysis.recommend.remedies import remedies, with_lean
-from unstall.analysis.recommend.remote import named_cluster
 from unstall.analysis.recommend.search import file_cache_advice, recommend
 
 
@@ -58,7 +58,7 @@ def advise(a: Analysis) -> Advice:
         files=files,
         gpu_probe=m.extra.get("gpu_probe"),
         wire=m.extra.get("wire"),
-        cluster=named_cluster(),
+        cluster=machine.ray_address(),
         workers=rec["kwargs"]["num_workers"],
     )
     over = d.extra.get("oversubscription") or {}
