@@ -29,6 +29,10 @@ from unstall.analysis.rates.result import Rates
 EDIT, CLUSTER, SWEEP = "edit", "cluster", "sweep"
 #: An option replaces the loader setting where predicted this much faster than it.
 GAIN = 1.1
+#: What a replaced recommendation keeps of the one it replaces (``instead``): enough to be
+#: one itself (`applied`).
+INSTEAD = ("kwargs", "config", "changed", "predicted_samples_per_s", "measured_samples_per_s")
+INSTEAD += ("predicted_current_samples_per_s",)
 
 
 @dataclass(frozen=True)
@@ -148,7 +152,7 @@ def replaced(rec: dict[str, Any], o: Option) -> dict[str, Any]:
         remedy=o.remedy,
         predicted_samples_per_s=o.predicted,
         predicted_speedup=round(o.predicted / current, 3) if o.predicted and current > 0 else None,
-        instead={k: rec[k] for k in ("kwargs", "config", "changed", "predicted_samples_per_s")},
+        instead={k: rec[k] for k in INSTEAD},
     )
     if o.bound is not None:
         out["bound"] = o.bound

@@ -32,7 +32,7 @@ def cores(n: float) -> str:
 def sentence(a: Analysis) -> str:
     """The bottleneck in one plain sentence, from the measured rates."""
     d = a.derived
-    s = d.stall
+    s = shown_stall(a)
     g = d.rates.ingestion
     measured = d.measured
     if a.bottleneck == "compute":

@@ -97,9 +97,11 @@ def flat_curves(curves: dict[str, Any]) -> dict[str, str]:
         if name == "bandwidth" and not c.get("x"):
             out[name] = f"{title}: not measured, the dataset reads its own files"
         elif ys and max(ys) - min(ys) <= FLAT * max(ys):
+            low, high = f"{min(ys):,.0f}", f"{max(ys):,.0f}"
+            rate = high if low == high else f"{low}-{high}"
             out[name] = (
-                f"{title}: not drawn, {min(ys):,.0f}-{max(ys):,.0f} samples/s over its whole "
-                f"range ({name} does not change this job's rate)"
+                f"{title}: not drawn, {rate} samples/s over its whole range ({name} does not "
+                "change this job's rate)"
             )
     return out
 

@@ -206,17 +206,20 @@ def _name(r: dict[str, Any]) -> str:
 def _why_not(r: dict[str, Any]) -> str:
     """Why one option of ``not_chosen`` is not the recommendation, as a clause."""
     reason = r["reason"]
+    if reason == CLUSTER and r.get("cluster"):
+        return (
+            f"would run on free CPUs of the Ray cluster at {r['cluster']}, which analyze cannot see"
+        )
     if reason == CLUSTER:
-        where = f"at {r['cluster']}" if r.get("cluster") else "and none was named (RAY_ADDRESS)"
-        return f"needs a Ray cluster with free CPUs, which analyze cannot see or reserve ({where})"
+        return "would run on a Ray cluster, and none was named where analyze ran (RAY_ADDRESS)"
     if reason == SWEEP:
-        return f"prices {r.get('jobs')} jobs of a sweep reading the same data on this node"
+        return f"is priced for {r.get('jobs')} jobs of a sweep reading the same data on this node"
     if reason == "gain":
-        return f"gains less than the {GAIN:g}x a change must be predicted to give"
+        return f"is under the {GAIN:g}x a change must be predicted to gain"
     if r["remedy"] == "auto":
-        return AUTO_WHY[r["why"]].split(":")[0]
+        return "is not recommended: " + AUTO_WHY[r["why"]].split(":")[0]
     if r["remedy"] == "cache":
-        return "is priced from the second epoch on, and needs unstall's dataset in the script"
+        return "is priced from the second epoch on, with unstall's dataset in the script"
     return "is not taken by its own rule"
 
 
