@@ -9,8 +9,8 @@ from types import SimpleNamespace
 from tests.conftest import write_jpegs
 from unstall.analysis.measure.lean import job_samples, lean_probe
 from unstall.analysis.model.predict import Config, prep_capacity
+from unstall.analysis.model.stage import delivered_floor, model_of
 from unstall.analysis.rates.result import Rates
-from unstall.analysis.rates.script import delivered_floor
 from unstall.analysis.recommend.option import Option, choose, option
 from unstall.analysis.recommend.stage import unpriced_if_short
 from unstall.analysis.report.words import row
@@ -131,7 +131,7 @@ def test_data_mode_p_is_never_under_the_delivered_rate_either() -> None:
         split=False,
         cached_how="",
     )
-    d = derive_workload(m)
+    d = model_of(derive_workload(m)).derived  # the model stage floors P
     base = Config.of_job(m)
     assert prep_capacity(d.rates, base) >= 400.0 - 1.0
     assert [n for n in d.notes if "delivered 400 samples/s" in n], d.notes
