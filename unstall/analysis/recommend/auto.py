@@ -265,8 +265,6 @@ def auto_row(
         return option("auto", measured, unpriced="unknown", eligible=False, reason=reason, **first)
     cache = float(rec["kwargs"].get("cache") or 0.0)
     at = replace(base, cache=cache)
-    s = settle(rates, at, node_cores=node_cores, prefetch=prefetch, ranks=ranks, others=others)
-    predicted = price(s, horizon_s)
     best = replace(at, workers=int(rec["kwargs"]["num_workers"]))
     fixed = predict(rates, best).samples_per_s
     # model against model (the job as it is, the best fixed setting); never below the
@@ -281,6 +279,8 @@ def auto_row(
         ranks=ranks,
         others=others,
     )
+    s = settle(rates, at, node_cores=node_cores, prefetch=prefetch, ranks=ranks, others=others)
+    predicted = price(s, horizon_s)
     close = predicted >= (1 - MARGIN) * max(fixed, current)
     recommended = bool(reasons) and close and round(predicted, 1) >= round(measured, 1)
     why = (
