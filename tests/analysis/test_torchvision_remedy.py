@@ -47,6 +47,7 @@ def test_lean_is_not_recommended_where_it_does_not_pay_or_is_unpriced() -> None:
     assert {k: v for k, v in rec.items() if k != "not_chosen"} == REC
     assert rec["not_chosen"] == [{"remedy": "lean", "predicted_speedup": 1.07, "reason": "gain"}]
     assert choose(REC, [_lean(None)]) is REC
+    assert choose(REC, [_lean(305.0)]) is REC  # within the search's 3 %: not priced higher
 
 
 def _measurement(workers: int, batch: int) -> SimpleNamespace:

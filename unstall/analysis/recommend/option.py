@@ -23,6 +23,7 @@ from typing import Any
 
 from unstall.analysis.model.predict import Config, Prediction
 from unstall.analysis.rates.result import Rates
+from unstall.analysis.recommend import search
 
 #: What an option may need beyond a config: a change of the script (still this job's to
 #: make), and what the analysis cannot see or give the job (never chosen by itself).
@@ -102,8 +103,9 @@ def choose(rec: dict[str, Any], options: list[Option]) -> dict[str, Any]:
     """The recommendation: ``rec`` (the best loader setting, `search.recommend`) or the
     option predicted fastest of those this job can take (eligible, needing at most an edit)
     where it beats ``rec`` by `GAIN` (an ``auto`` row by its own rule, `auto.auto_row`);
-    every option priced above the recommendation that it is not is listed under
-    ``not_chosen``, each with its ``reason`` (`_reason`), fastest first."""
+    every option priced above the recommendation (by the search's own margin, `search.GAIN`)
+    that it is not is listed under ``not_chosen``, each with its ``reason`` (`_reason`),
+    fastest first."""
     floor = max(rec["predicted_samples_per_s"], rec["measured_samples_per_s"])
     takes = [
         o
@@ -120,12 +122,12 @@ def choose(rec: dict[str, Any], options: list[Option]) -> dict[str, Any]:
             "remedy": o.remedy,
             "predicted_speedup": o.speedup,
             "reason": _reason(o),
-            **{k: o.facts[k] for k in ("jobs", "cluster", "why") if k in o.facts},
+            **{k: o.facts[k] for k in ("jobs", "cluster", "why", "kind") if k in o.facts},
         }
         for o in options
         if o is not best
         and o.predicted is not None
-        and o.predicted > out["predicted_samples_per_s"]
+        and o.predicted >= search.GAIN * out["predicted_samples_per_s"]
     ]
     return {**out, "not_chosen": _fastest_each(faster)} if faster else out
 
@@ -140,11 +142,11 @@ def _reason(o: Option) -> str:
 
 def replaced(rec: dict[str, Any], o: Option) -> dict[str, Any]:
     """The recommendation as option ``o``; what it replaces kept under ``instead``. Its
-    kwargs are ``o``'s config over ``rec``'s (an edit-only option keeps ``rec``'s loader
-    setting, and names the edit under ``edit``: `unstall run --config` applies the rest)."""
+    kwargs are ``o``'s config, at which it was priced (an edit-only option keeps ``rec``'s
+    loader setting, and names the edit under ``edit``: `unstall run --config` applies that)."""
     current = rec["predicted_current_samples_per_s"]
     out = {k: v for k, v in rec.items() if k not in ("why_unchanged", "instead", "auto")}
-    kwargs = {**rec["kwargs"], **o.kwargs} if o.remedy != "auto" else o.kwargs
+    kwargs = o.kwargs if o.config is not None else dict(rec["kwargs"])
     out.update(
         kwargs=kwargs,
         config=_label(o, kwargs),

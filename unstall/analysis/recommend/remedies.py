@@ -102,7 +102,9 @@ def _file_cache(job: Job, files: dict[str, Any]) -> Option:
     if not files.get("applies"):
         return option("cache", job.measured, unpriced="files", kind="files", why=files.get("why"))
     full = predict(job.rates, replace(job.base, cache=1.0))
-    return option("cache", job.measured, full, config={"kwargs": {"cache": 1.0}}, kind="files")
+    # every file held: the search's recommendation holds what the machine has room for
+    config = {"kwargs": {"cache": 1.0}}
+    return option("cache", job.measured, full, config=config, eligible=False, kind="files")
 
 
 def _lean(job: Job, probe: dict[str, Any] | None) -> Option:

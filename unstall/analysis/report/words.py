@@ -218,6 +218,8 @@ def _why_not(r: dict[str, Any]) -> str:
         return f"is under the {GAIN:g}x a change must be predicted to gain"
     if r["remedy"] == "auto":
         return "is not recommended: " + AUTO_WHY[r["why"]].split(":")[0]
+    if r["remedy"] == "cache" and r.get("kind") == "files":
+        return "holds every file, and the recommendation holds what this machine has room for"
     if r["remedy"] == "cache":
         return "is priced from the second epoch on, with unstall's dataset in the script"
     return "is not taken by its own rule"
