@@ -28,7 +28,7 @@ from unstall.analysis.recommend.auto import (
 )
 from unstall.analysis.recommend.option import Job, replaced
 from unstall.analysis.recommend.search import recommend
-from unstall.analysis.report.words import row
+from unstall.analysis.report.words import row, undone_text
 from unstall.loader.autotune import AutoTuner
 from unstall.loader.autotune.policy import FIRST_WINDOW_S, START_WORKERS, WARMUP_ROUNDS
 
@@ -167,7 +167,8 @@ def test_a_grow_that_pays_neither_way_is_undone():
     assert (s.path, s.batches, s.settled) == ([1, 2], [WARMUP_ROUNDS * 1 * 2 + 6], 2)
     assert s.whys == ["loop waits, cores free"] * 2
     assert (
-        s.undone
+        s.undone == ("grow", 3, 3)
+        and undone_text(s.undone)
         == "a grow to 3 would neither raise the rate 1.05x nor halve the loop's wait: undone"
     )
     # 10 batches at 250/s, not 375/s; 2 and 3 workers run at the settled rate; prefetched

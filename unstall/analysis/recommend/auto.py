@@ -30,7 +30,6 @@ from unstall.analysis.rates.result import Rates
 from unstall.analysis.recommend.option import Job, Option, option
 from unstall.loader.autotune import AUTO, Budget, Window, policy
 from unstall.loader.autotune.policy import (
-    GAIN,
     GROW_UNDONE,
     WINDOW_BATCHES,
     WINDOW_S,
@@ -58,7 +57,9 @@ class Settling:
         settled: the count it stays at; ``prediction`` its predicted rate.
         lost_s: seconds those batches and the remade prefetched ones cost against the
             settled pool's rate.
-        undone: why the walk ended on an undone change (None: the rule asked for nothing).
+        undone: why the walk ended on an undone change, (``"grow"`` or ``"shrink"``, the
+            count it would have run, again), or (``"alternates"``, the two counts it would
+            alternate between); None: the rule asked for nothing.
         whys: why each change of ``path`` (and each undone one) was asked.
         walk: every count the tuner runs in order, undone changes included.
     """
@@ -68,7 +69,7 @@ class Settling:
     settled: int
     prediction: Prediction
     lost_s: float
-    undone: str | None = None
+    undone: tuple[str, int, int] | None = None
     whys: list[str] = field(default_factory=list)
     walk: list[int] = field(default_factory=list)
 
@@ -151,17 +152,12 @@ def settle(
         if undoes(d):  # the window judging the change to n: it did not pay
             path.pop()
             batches.pop()
-            undone = (
-                f"a grow to {n} would neither raise the rate {GAIN:g}x nor halve the loop's "
-                "wait: undone"
-                if d.why == GROW_UNDONE
-                else f"a shrink to {n} would make the loop wait: undone"
-            )
+            undone = ("grow" if d.why == GROW_UNDONE else "shrink", n, n)
         elif d.workers in path:
             # the rule would go back to a count it left: it alternates between the two
             # (its budget moves with the rate); priced at the slower of them
             slower = min((n, d.workers), key=lambda k: predict(rates, at(k)).samples_per_s)
-            undone = f"alternates between {min(n, d.workers)} and {max(n, d.workers)} workers"
+            undone = ("alternates", min(n, d.workers), max(n, d.workers))
             whys.append(d.why)
             if slower != n:
                 lost_batches.append((n, spent))
@@ -306,7 +302,7 @@ def auto_row(
             "batches": s.batches,
             "seconds_lost": round(s.lost_s, 3),
             "priced_over_s": round(horizon_s, 2),
-            **({"undone": s.undone} if s.undone else {}),
+            **({"undone": list(s.undone)} if s.undone else {}),
         },
         best_fixed={"kwargs": dict(rec["kwargs"]), "predicted_samples_per_s": round(fixed, 1)},
         bound=s.prediction.bound,

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from unstall.analysis.recommend.option import CLUSTER, EDIT, GAIN, SWEEP, Option
+from unstall.analysis.recommend.option import CLUSTER, GAIN, SWEEP, Option
 from unstall.analysis.recommend.remote import MAX_WORKERS
+from unstall.loader.autotune.policy import GAIN as TUNER_GAIN
 
 #: How a config reaches the unchanged script.
 BY_CONFIG = "unstall run --config FILE, FILE holding {config} (no edit of the script)"
 #: What a change of dataset in the script means.
 BY_EDIT = "a change of dataset in the script (a few lines)"
-#: Why no remedy is chosen by itself although priced (`Option.needs`).
+#: Why a remedy that needs what the job lacks is priced, not chosen (`Option.needs`).
 NEEDS = {
     CLUSTER: "remote CPUs are a Ray cluster's: the analysis cannot see whether it has them "
     "free, so the remedy is priced, not chosen",
     SWEEP: "it prices {jobs} jobs of a sweep on this node reading the same data; this job "
     "runs alone",
-    EDIT: "it needs a change of the script: {applies}",
 }
 #: Why an option has no price (`Option.unpriced`), and the key of the row that says it.
 UNPRICED = {
@@ -179,6 +179,11 @@ def row(o: Option) -> dict[str, Any]:
         out["recommended"] = o.eligible and o.needs is None
     if o.needs in (CLUSTER, SWEEP) and o.predicted is not None:
         out["why_not_recommended"] = NEEDS[o.needs].format(jobs=facts.get("jobs"))
+    if o.remedy == "auto" and facts.get("settling", {}).get("undone"):
+        facts["settling"] = {
+            **facts["settling"],
+            "undone": undone_text(facts["settling"]["undone"]),
+        }
     if o.remedy == "auto" and o.predicted is not None:
         out["why"] = AUTO_WHY[facts["why"]].format(fragile="; ".join(fragile_text(facts)))
         out["fragile"] = fragile_text(facts)
@@ -262,6 +267,19 @@ def kwargs_text(kwargs: dict[str, Any]) -> str:
     return ", ".join(
         f"cache=unstall.Cache({v})" if k == "cache" else f"{k}={v!r}" for k, v in kwargs.items()
     )
+
+
+def undone_text(undone: list[Any] | tuple[Any, ...]) -> str:
+    """How the tuner's walk ended on a change it undid (`auto.Settling.undone`)."""
+    kind, a, b = undone
+    if kind == "grow":
+        return (
+            f"a grow to {a} would neither raise the rate {TUNER_GAIN:g}x nor halve the loop's "
+            "wait: undone"
+        )
+    if kind == "shrink":
+        return f"a shrink to {a} would make the loop wait: undone"
+    return f"alternates between {a} and {b} workers"
 
 
 def fragile_text(facts: dict[str, Any]) -> list[str]:
