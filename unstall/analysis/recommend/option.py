@@ -177,7 +177,8 @@ def _label(o: Option, kwargs: dict[str, Any]) -> str:
     if o.remedy == "auto":
         workers = f"auto({o.facts.get('settles_on')})"
     parts = [f"workers={workers}", f"cache={float(kwargs.get('cache') or 0.0):g}"]
-    return ",".join([*parts, *(f"{k}={v}" for k, v in kwargs.items() if k == "prep")])
+    parts += [f"prep={kwargs['prep']}"] if "prep" in kwargs else []
+    return ",".join([*parts, *([f"edit={o.remedy}"] if o.needs == EDIT else [])])
 
 
 def _fastest_each(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
