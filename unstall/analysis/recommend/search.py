@@ -48,6 +48,7 @@ def recommend(
     """
     unknown = unknown or {}
     top_cache = max_cache_fraction(rates, num_samples, cache_room_bytes)
+    counts = worker_steps(rates.cores, base.workers)  # the pools this machine's cores allow
     current = predict(rates, base).samples_per_s
     floor = max(measured, current)
     options = [(current, base)]
@@ -56,7 +57,7 @@ def recommend(
         if "fetch" in unknown and rates.sample_bytes > 1.0:
             caches = [base.cache]
         per_worker = per_worker_rate(rates, base)
-        for w in worker_steps(rates.cores, base.workers):
+        for w in counts:
             if w < base.workers and (shared or w * per_worker < LOWER_MARGIN * measured):
                 continue  # no measured evidence that fewer workers keep the rate
             for c in caches:

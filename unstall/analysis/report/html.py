@@ -37,6 +37,7 @@ def write_report(out_dir: str, report: dict[str, Any], spans: Sequence[tuple[flo
     import matplotlib
 
     matplotlib.use("Agg", force=True)
+    page = _page(report)
     _breakdown(os.path.join(out_dir, "breakdown.png"), report)
     _whatif(os.path.join(out_dir, "whatif.png"), report)
     _timeline(os.path.join(out_dir, "timeline.png"), spans)
@@ -45,7 +46,7 @@ def write_report(out_dir: str, report: dict[str, Any], spans: Sequence[tuple[flo
         json.dump(report, f, indent=2)
     path = os.path.join(out_dir, "index.html")
     with open(path, "w") as f:
-        f.write(_page(report))
+        f.write(page)
     return path
 
 
