@@ -157,5 +157,5 @@ def _gpu(job: Job, seen: Seen) -> Option:
             bound=cap.bound,
             **facts,
         )
-    why = "no_cuda" if not seen.cuda else "no_decoder" if seen.decoder is None else "no_jpegs"
+    why = "no_cuda" if not seen.cuda else "no_decoder" if seen.decoder is None else "no_gpu_files"
     return option("gpu", job.measured, config=config, needs=needs, unpriced=why, **facts)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from unstall.analysis.recommend.auto import MARGIN
 from unstall.analysis.recommend.option import CLUSTER, GAIN, SWEEP, Option
 from unstall.analysis.recommend.remote import MAX_WORKERS
 from unstall.loader.autotune.policy import GAIN as TUNER_GAIN
@@ -26,7 +27,15 @@ NEEDS = {
 }
 #: Why an option has no price (`Option.unpriced`), and the key of the row that says it.
 UNPRICED = {
-    "no_jpegs": ("not_measured", "{no_jpegs}"),
+    "no_jpegs": (
+        "not_measured",
+        "the dataset lists no JPEG files (torchvision's `samples`, unstall's keys over local "
+        "files) to time the pipeline on",
+    ),
+    "no_gpu_files": (
+        "not_measured",
+        "not measured: {decoder} is importable, but the job lists no JPEG files to time it on",
+    ),
     "no_cuda": ("not_measured", "not measured: no CUDA device on this machine"),
     "no_decoder": (
         "not_measured",
@@ -54,9 +63,10 @@ CAPS = {
 }
 #: The ``auto`` row's verdict (`auto.auto_row`'s ``why``).
 AUTO_WHY = {
-    "fragile": "within 5% of the best fixed setting, which is fragile: {fragile}",
+    "fragile": f"within {MARGIN:.0%} of the best fixed setting, which is fragile: {{fragile}}",
     "not_fragile": "a fixed count is not fragile on this job: the fixed recommendation stands",
-    "below_fixed": "more than 5% below the best fixed setting's prediction (or the job's)",
+    "below_fixed": f"more than {MARGIN:.0%} below the best fixed setting's prediction (or the "
+    "job's)",
     "below_job": "predicted slower than the job as it is",
 }
 
@@ -315,13 +325,6 @@ def _fill(o: Option) -> dict[str, Any]:
     f = dict(o.facts)
     f.setdefault("why", "")
     f["cap_words"] = CAPS.get(f.get("cap", ""), f.get("cap", ""))
-    f["no_jpegs"] = (
-        "the dataset lists no JPEG files (torchvision's `samples`, unstall's keys over local "
-        "files) to time the pipeline on"
-        if o.remedy == "lean"
-        else f"not measured: {o.facts.get('decoder')} is importable, but the job lists no JPEG "
-        "files to time it on"
-    )
     return f
 
 
