@@ -138,3 +138,22 @@ def test_a_plot_empty_at_its_size_is_not_drawn(monkeypatch, tmp_path):
     moving = {"cache": {"x": [0, 1], "unstall": [100.0, 300.0], "page_cache": [100.0, 200.0]}}
     moving |= {"workers": {"x": [1, 2], "y": [100.0, 101.0]}, "bandwidth": {"x": [], "y": []}}
     assert set(flat_curves(moving)) == {"workers", "bandwidth"}
+
+
+def test_each_reason_an_option_priced_higher_is_not_the_recommendation_is_said():
+    from unstall.analysis.report.words import not_chosen
+
+    rec = {
+        "not_chosen": [
+            {"remedy": "auto", "predicted_speedup": 1.5, "reason": "rule", "why": "not_fragile"},
+            {"remedy": "cache", "predicted_speedup": 1.4, "reason": "rule", "kind": "files"},
+            {"remedy": "lean", "predicted_speedup": 1.05, "reason": "gain"},
+        ]
+    }
+    assert not_chosen(rec) == (
+        "Priced higher but not recommended: num_workers='auto' (1.5x) is not recommended: a "
+        "fixed count is not fragile on this job; cache (1.4x) holds every file, and the "
+        "recommendation holds what this machine has room for; lean (1.05x) is under the 1.1x "
+        "a change must be predicted to gain."
+    )
+    assert not_chosen({}) == ""
