@@ -67,6 +67,8 @@ def test_the_best_priced_option_that_pays_is_the_recommendation(monkeypatch):
     assert "none was named where analyze ran (RAY_ADDRESS)" in sentence
     assert "coordinate (" in sentence and "jobs of a sweep" in sentence
     assert "keep the loader as it is" not in json.dumps(rec)
+    # the rows say which is recommended: the chosen one only
+    assert not rows["remote"]["recommended"] and not rows["auto"]["recommended"]
 
 
 def test_the_recommendation_is_said_on_the_terminal_and_the_page(monkeypatch, tmp_path):

@@ -105,7 +105,9 @@ def build_report(
         "what_if": a.what_if,
         "curves": a.curves,
         "recommendation": recommendation(advice),
-        "remedies": [words.row(o) for o in advice.remedies],
+        "remedies": [
+            words.row(o, advice.recommendation.get("remedy", "")) for o in advice.remedies
+        ],
         "notes": [*d.notes, *_stall_note(a)],
         "machine": {"cores": d.rates.cores, "python": platform.python_version()},
     }

@@ -155,8 +155,10 @@ def applies(o: Option) -> str:
     return BY_EDIT
 
 
-def row(o: Option) -> dict[str, Any]:
-    """Option ``o`` as the JSON report's row: its words, price, config and facts."""
+def row(o: Option, chosen: str | None = None) -> dict[str, Any]:
+    """Option ``o`` as the JSON report's row: its words, price, config and facts;
+    ``recommended`` where it is the ``chosen`` remedy (the recommendation's; "" for the
+    loader setting), or without one, where its own rule would have it."""
     out: dict[str, Any] = {
         "remedy": o.remedy,
         "what": what(o),
@@ -186,7 +188,9 @@ def row(o: Option) -> dict[str, Any]:
             wanted = facts.pop("wanted")
             out["not_enough"] = f"{wanted} workers would reach the cap; priced at {MAX_WORKERS}"
     if o.remedy in ("remote", "auto"):
-        out["recommended"] = o.eligible and o.needs is None
+        out["recommended"] = (
+            o.remedy == chosen if chosen is not None else o.eligible and o.needs is None
+        )
     if o.needs in (CLUSTER, SWEEP) and o.predicted is not None:
         out["why_not_recommended"] = NEEDS[o.needs].format(jobs=facts.get("jobs"))
     if o.remedy == "auto" and facts.get("settling", {}).get("undone"):
