@@ -70,6 +70,7 @@ def build_report(
     a = advice.analysis
     d, m = a.derived, a.measurement
     prep, per_worker = a.prep_rate, d.prep_rate_per_worker
+    notes = [*d.notes, *_stall_note(a)]
     out: dict[str, Any] = {
         "workload": m.workload,
         "ingestion_rate": round(d.rates.ingestion, 2),
@@ -108,7 +109,7 @@ def build_report(
         "remedies": [
             words.row(o, advice.recommendation.get("remedy", "")) for o in advice.remedies
         ],
-        "notes": [*d.notes, *_stall_note(a)],
+        "notes": notes,
         "machine": {"cores": d.rates.cores, "python": platform.python_version()},
     }
     extra = {**m.extra, **d.extra}
