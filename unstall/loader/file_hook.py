@@ -222,8 +222,11 @@ def worker_init(
     cache: Any, user: Callable[[int], None] | None, num_workers: int
 ) -> Callable[[int], None] | None:
     """The ``worker_init_fn`` to give torch: ``user``'s, chained after installing the hook
-    when ``cache`` is a `FileCache`; with no workers the hook is installed here now (and
+    when ``cache`` is a `FileCache` (or holds one as ``files``: mixed placement's byte part,
+    `unstall.cache.points.placement`); with no workers the hook is installed here now (and
     removed when the cache closes)."""
+    if not isinstance(cache, FileCache):
+        cache = getattr(cache, "files", None)
     if not isinstance(cache, FileCache):
         return user
     if num_workers == 0:

@@ -205,13 +205,13 @@ def sample_files(dataset: Any) -> tuple[list[str], str]:
     try:
         paths, where = listed_paths(dataset)
     except NoListing as exc:
-        raise Refused(_refusal("files", f"{exc}: its samples cannot be versioned")) from None
+        raise Refused(refusal("files", f"{exc}: its samples cannot be versioned")) from None
     if len(paths) != len(dataset):
         why = (
             f"{name}.{where} lists {len(paths)} files for {len(dataset)} samples: "
             "one file per sample is needed to version them"
         )
-        raise Refused(_refusal("files", why))
+        raise Refused(refusal("files", why))
     return paths, where
 
 
@@ -236,13 +236,8 @@ def bind_samples(cache: Any, dataset: Any, hold: str = "samples") -> SampleCache
         raise Refused({**verdict.as_stats(), "holds": "bytes"})
     if not sizes:  # declared deterministic: one sample sizes the segment
         prepared(0)
-    digest = hashlib.blake2b(digest_size=16)
-    for p in paths:
-        digest.update(p.encode("utf-8", "surrogateescape") + b"\0")
-    fingerprint = preparation_fingerprint(dataset, hold, digest.hexdigest())
-    per_sample = int(np.mean(sizes) * 1.25) + 4096
-    listing = SampleListing(len(paths), f"{hold}-{fingerprint}", per_sample)
-    layer = cache.bind(listing, peers=None, name_prefix=f"{hold}-")
+    fingerprint = preparation_fingerprint(dataset, hold, paths_digest(paths))
+    layer, per_sample = bind_segment(cache, hold, fingerprint, len(paths), float(np.mean(sizes)))
     bound = SampleCache(
         layer,
         paths,
@@ -252,18 +247,46 @@ def bind_samples(cache: Any, dataset: Any, hold: str = "samples") -> SampleCache
         fingerprint=fingerprint,
         verdict=verdict,
     )
-    if fingerprint not in _announced:
-        _announced.add(fingerprint)
-        ram = layer.ram
-        size = format_bytes(ram.capacity) if ram is not None and ram.path else "no RAM tier"
-        say(
-            f"unstall: caching {name}'s {len(paths)} prepared samples (deterministic: "
-            f"{verdict.how}; about {format_bytes(per_sample)} each) in the node cache ({size})"
-        )
+    announce(bound, f"{name}'s {len(paths)} prepared samples", per_sample)
     return bound
 
 
-def _refusal(check: str, reason: str) -> dict[str, Any]:
+def paths_digest(paths: Sequence[str]) -> str:
+    """A digest of the listed paths, in order (a dataset over other files is another one)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for p in paths:
+        digest.update(p.encode("utf-8", "surrogateescape") + b"\0")
+    return digest.hexdigest()
+
+
+def bind_segment(
+    cache: Any, hold: str, fingerprint: str, n: int, mean_bytes: float, capacity: Any = None
+) -> tuple[Any, int]:
+    """The tiers of a ``hold`` segment of ``n`` entries of about ``mean_bytes`` each (the
+    cache's own sizes, or a RAM tier of ``capacity`` bytes), and the bytes planned per entry."""
+    per_sample = int(mean_bytes * 1.25) + 4096
+    listing = SampleListing(n, f"{hold}-{fingerprint}", per_sample)
+    if capacity is not None:
+        from unstall.cache.cache import Cache
+
+        cache = Cache(int(capacity), keep=cache.keep, name=cache.name, hold=hold)
+    return cache.bind(listing, peers=None, name_prefix=f"{hold}-"), per_sample
+
+
+def announce(bound: SampleCache, what: str, per_sample: int) -> None:
+    """One line per segment and process: what is cached, how decided, the room."""
+    if bound.fingerprint in _announced:
+        return
+    _announced.add(bound.fingerprint)
+    ram = bound.layer.ram
+    size = format_bytes(ram.capacity) if ram is not None and ram.path else "no RAM tier"
+    say(
+        f"unstall: caching {what} (deterministic: {bound.verdict.how}; about "
+        f"{format_bytes(per_sample)} each) in the node cache ({size})"
+    )
+
+
+def refusal(check: str, reason: str) -> dict[str, Any]:
     return {
         "deterministic": False,
         "determinism": "refused",
