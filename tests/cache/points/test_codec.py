@@ -23,7 +23,7 @@ def same(a: object, b: object) -> bool:
     if isinstance(a, dict):
         return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, Image.Image):
-        return a.mode == b.mode and a.size == b.size and a.tobytes() == b.tobytes()
+        return (a.mode, a.size, a.info, a.tobytes()) == (b.mode, b.size, b.info, b.tobytes())
     if isinstance(a, float):
         return a.hex() == b.hex()
     return a == b
@@ -102,6 +102,7 @@ def test_values_that_do_not_fit_stay_exact():
 def test_numpy_arrays_scalars_pil_images_and_other_objects():
     rng = np.random.default_rng(4)
     image = Image.fromarray(rng.integers(0, 256, (20, 30, 3), dtype=np.uint8))
+    image.info = {"jfif": 257, "jfif_density": (1, 1)}
     objects = np.array(["a", None], dtype=object)
     sample = {
         "a": rng.random((4, 5)),
