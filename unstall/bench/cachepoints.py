@@ -14,7 +14,9 @@ sleep per batch fast enough that the job is prep-bound:
   1.3x), and the same at a twelfth (never below the byte cache).
 
 Each pair is measured ``repeats`` times (3 by default); the ratios are the medians of the
-pairs'. The validation images are the usual synthetic ~500x375 JPEGs
+pairs'. Each side's CPU per sample (the script's and its workers' CPU seconds over passes
+2-3) is given too: on a machine shared with other jobs it moves less than samples/s.
+The validation images are the usual synthetic ~500x375 JPEGs
 (`unstall.data.synthetic`); the training images are the same ones enlarged to 1024x768
 (decoded 2.36 MB against a JPEG of a few hundred KB): at 500x375 the decode is under half of a
 sample's CPU (2.8 ms of 6.6 ms measured here: ``RandomResizedCrop`` + ``ToTensor`` +
@@ -50,7 +52,7 @@ LARGE_IMAGES = {"quick": 96, "full": 384}
 LARGE = (1024, 768)
 
 SCRIPT = r"""
-import json, sys, time
+import json, resource, sys, time
 import torch, torchvision
 from torch.utils.data import DataLoader
 from torchvision import transforms as T
@@ -66,12 +68,21 @@ else:
 dataset = torchvision.datasets.ImageFolder(data, transform=tf)
 loader = DataLoader(dataset, batch_size=32, shuffle=kind != "validation", num_workers=2)
 report = {"passes": [], "cache": None}
+
+
+def cpu_s():  # this process's and its finished workers' (each pass's exit at its end)
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
 for p in range(passes):
-    n, t0 = 0, time.perf_counter()
+    n, t0, c0 = 0, time.perf_counter(), cpu_s()
     for images, target in loader:
         time.sleep(step_ms / 1000)
         n += len(target)
-    report["passes"].append({"samples": n, "wall_s": time.perf_counter() - t0})
+    wall = time.perf_counter() - t0
+    time.sleep(0.3)  # the pass's workers exit
+    report["passes"].append({"samples": n, "wall_s": wall, "cpu_s": cpu_s() - c0})
 stats = getattr(loader, "stats", None)
 report["cache"] = stats().get("cache") if stats is not None else None
 json.dump(report, open(out, "w"))
@@ -100,9 +111,11 @@ def _run(work: Path, data: str, kind: str, cache: Any, passes: int, tag: str) ->
     report = json.loads(out.read_text())
     later = report["passes"][1:]
     rate = sum(p["samples"] for p in later) / sum(p["wall_s"] for p in later)
+    cpu = sum(p["cpu_s"] for p in later) / sum(p["samples"] for p in later)
     first = report["passes"][0]
     return {
         "rate": rate,
+        "cpu_ms": 1000 * cpu,
         "first_rate": first["samples"] / first["wall_s"],
         "cache": _cache_figures(report["cache"]),
     }
@@ -164,12 +177,19 @@ def _pairs(
         if console is not None:
             console.print(
                 f"  {label} {r + 1}/{repeats}: {runs['base'][-1]['rate']:.0f} -> "
-                f"{runs['new'][-1]['rate']:.0f} samples/s ({ratio:.2f}x)"
+                f"{runs['new'][-1]['rate']:.0f} samples/s ({ratio:.2f}x); CPU per sample "
+                f"{runs['base'][-1]['cpu_ms']:.1f} -> {runs['new'][-1]['cpu_ms']:.1f} ms"
             )
-    ratios = [n["rate"] / b["rate"] for n, b in zip(runs["new"], runs["base"], strict=True)]
+    pairs = list(zip(runs["new"], runs["base"], strict=True))
+    ratios = [n["rate"] / b["rate"] for n, b in pairs]
+    cpu_ratios = [b["cpu_ms"] / n["cpu_ms"] for n, b in pairs]
     return {
         "ratio": statistics.median(ratios),
         "ratios": [round(x, 3) for x in ratios],
+        "cpu_ratio": statistics.median(cpu_ratios),
+        "cpu_ratios": [round(x, 3) for x in cpu_ratios],
+        "base_cpu_ms": statistics.median(r["cpu_ms"] for r in runs["base"]),
+        "new_cpu_ms": statistics.median(r["cpu_ms"] for r in runs["new"]),
         "base_rate": statistics.median(r["rate"] for r in runs["base"]),
         "new_rate": statistics.median(r["rate"] for r in runs["new"]),
         "base_cache": runs["base"][-1]["cache"],
@@ -228,6 +248,9 @@ def run(
             "baseline_samples_per_s": round(val["base_rate"], 1),
             "unstall_samples_per_s": round(val["new_rate"], 1),
             "ratio": round(val["ratio"], 3),
+            "baseline_cpu_ms": round(val["base_cpu_ms"], 2),
+            "unstall_cpu_ms": round(val["new_cpu_ms"], 2),
+            "cpu_ratio": round(val["cpu_ratio"], 3),
             "goal": GOAL_VALIDATION,
         }
     ]
@@ -241,16 +264,26 @@ def run(
                 "baseline_samples_per_s": round(m["base_rate"], 1),
                 "unstall_samples_per_s": round(m["new_rate"], 1),
                 "ratio": round(m["ratio"], 3),
+                "baseline_cpu_ms": round(m["base_cpu_ms"], 2),
+                "unstall_cpu_ms": round(m["new_cpu_ms"], 2),
+                "cpu_ratio": round(m["cpu_ratio"], 3),
                 "goal": GOAL_MIXED if label == "third" else 1.0,
             }
         )
     met = val["ratio"] >= GOAL_VALIDATION and mixed["third"]["ratio"] >= GOAL_MIXED
+    third, twelfth = mixed["third"], mixed["twelfth"]
     notes = [
-        f"validation: {val['ratio']:.2f}x (pairs {val['ratios']}; goal >= {GOAL_VALIDATION}x)",
-        f"mixed placement at a third of the decoded set: {mixed['third']['ratio']:.2f}x the "
-        f"byte cache (pairs {mixed['third']['ratios']}; goal >= {GOAL_MIXED}x)",
-        f"at a twelfth: {mixed['twelfth']['ratio']:.2f}x (pairs {mixed['twelfth']['ratios']}; "
-        "goal: never below the byte cache)",
+        f"validation: {val['ratio']:.2f}x samples/s (pairs {val['ratios']}; goal >= "
+        f"{GOAL_VALIDATION}x); CPU per sample {val['cpu_ratio']:.2f}x less",
+        f"mixed placement at a third of the decoded set: {third['ratio']:.2f}x the byte "
+        f"cache's samples/s (pairs {third['ratios']}; goal >= {GOAL_MIXED}x); CPU per sample "
+        f"{third['cpu_ratio']:.2f}x less (pairs {third['cpu_ratios']})",
+        f"at a twelfth: {twelfth['ratio']:.2f}x (pairs {twelfth['ratios']}); CPU per sample "
+        f"{twelfth['cpu_ratio']:.2f}x less (pairs {twelfth['cpu_ratios']}; goal: never "
+        "below the byte cache)",
+        "CPU per sample: the script's and its workers' CPU seconds over passes 2-3 "
+        "(getrusage; the workers exit at each pass's end), a figure other jobs on the "
+        "machine move less than samples/s",
     ]
     return BenchResult(
         name="cachepoints",

@@ -269,7 +269,10 @@ def bind_segment(
     if capacity is not None:
         from unstall.cache.cache import Cache
 
-        cache = Cache(int(capacity), keep=cache.keep, name=cache.name, hold=hold)
+        sized = Cache(int(capacity), keep=cache.keep, name=cache.name, hold=hold)
+        layer = sized.bind(listing, peers=None, name_prefix=f"{hold}-")
+        cache.track(layer)  # the user's cache leaves it on close
+        return layer, per_sample
     return cache.bind(listing, peers=None, name_prefix=f"{hold}-"), per_sample
 
 
