@@ -305,10 +305,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         if self._handoff is not None:
             self._handoff.close()
         files, layer = sys.modules.get("unstall.cache.files"), getattr(self, "_fetch_layer", None)
-        if files is not None and isinstance(layer, files.FileCache):  # loaded only where used
-            layer.close()
-        points = sys.modules.get("unstall.cache.points.samples")  # a cache point leaves too
-        if points is not None and isinstance(layer, points.SampleCache):
+        if files is not None and isinstance(layer, files.ItemLayer):  # loaded only where used
             layer.close()
         for part in (getattr(self, "_coordination", None), getattr(self, "_remote", None)):
             if part is not None:  # issue 18: leave the group; 45: stop the remote workers

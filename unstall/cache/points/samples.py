@@ -40,7 +40,17 @@ import numpy as np
 import torch.utils.data
 
 from unstall.cache.capacity import format_bytes
-from unstall.cache.files import RECENT_NS, NoListing, file_version, listed_paths, say
+from unstall.cache.files import (
+    RECENT_NS,
+    ItemLayer,
+    NoListing,
+    file_version,
+    listed_paths,
+    say,
+    tier_count,
+    tier_get,
+    tier_put,
+)
 from unstall.cache.points import codec
 from unstall.cache.points.determinism import Verdict, verdict_for
 from unstall.cache.points.fingerprint import preparation_fingerprint
@@ -82,7 +92,7 @@ class SampleListing:
         raise NotImplementedError("samples are stored by the loader's workers, not fetched")
 
 
-class SampleCache:
+class SampleCache(ItemLayer):
     """A bound sample cache: the tiers, the files behind the samples and how it was decided.
 
     `serve` gives the dataset the loader's workers call; `stats` the cache's figures."""
@@ -98,14 +108,9 @@ class SampleCache:
         fingerprint: str,
         verdict: Verdict,
     ):
-        self.layer, self.paths, self.hold, self.where = layer, paths, hold, where
+        super().__init__(layer)
+        self.paths, self.hold, self.where = paths, hold, where
         self.dataset_name, self.fingerprint, self.verdict = dataset_name, fingerprint, verdict
-        self.on_close: list[Any] = []
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["on_close"] = []
-        return state
 
     def serve(self, dataset: Any) -> CachedSamples:
         """``dataset`` with its samples served through this cache."""
@@ -117,15 +122,7 @@ class SampleCache:
         path = self.paths[index]
         st = os.stat(path)
         version = np.array([file_version(st)], dtype=np.int64)
-        tiers = self.layer.tiers
-        found: list[tuple[int, int]] = []
-        data = None
-        for tier in tiers:
-            got, stale = tier.get_many([index], version)
-            found.append((int(got[0] is not None), stale))
-            if got[0] is not None:
-                data = got[0]
-                break
+        data, found = tier_get(self.layer, index, version)
         stored = [(0, 0)] * len(found)
         if data is not None:
             sample = codec.decode(data)
@@ -135,28 +132,9 @@ class SampleCache:
             if settled and file_version(os.stat(path)) == int(version[0]):
                 encoded = codec.encode(sample)
                 if len(encoded) <= MAX_SAMPLE_BYTES:
-                    stored = self._store(index, encoded, version, len(found))
-        for tier, (hit, stale), (n, size) in zip(tiers, found, stored, strict=False):
-            tier.count(hit, 1 - hit, n, size, stale)
+                    stored = tier_put(self.layer, index, encoded, version, len(found))
+        tier_count(self.layer, found, stored)
         return sample
-
-    def _store(
-        self, index: int, data: bytes, version: np.ndarray, tiers: int
-    ) -> list[tuple[int, int]]:
-        out: list[tuple[int, int]] = []
-        since = self.layer.bound_ns
-        for tier in self.layer.tiers[:tiers]:
-            out.append(tier.put_many([(index, data)], version, since))
-            if out[-1][0] or tier.held([index], version, since)[0]:
-                break
-        return out + [(0, 0)] * (tiers - len(out))
-
-    # The loader's fetch-layer interface (unused: the served dataset is not split) ------------
-    def fetch(self, dataset: Any, indices: Sequence[int]) -> list[bytes]:
-        return list(dataset.fetch(indices))
-
-    def prefetch(self, dataset: Any, indices: Sequence[int]) -> None:
-        return None
 
     def stats(self) -> dict[str, Any]:
         """``{"cache": {...}}``: the tiers' figures, what they hold and how it was decided."""
@@ -170,16 +148,6 @@ class SampleCache:
             **self.verdict.as_stats(),
         )
         return out
-
-    def check(self) -> None:
-        self.layer.check()
-
-    def close(self) -> bool:
-        """Leave the segment (owner process only); idempotent."""
-        for hook in self.on_close:
-            hook(self)
-        self.on_close = []
-        return bool(self.layer.close())
 
 
 class CachedSamples(torch.utils.data.Dataset):
