@@ -191,10 +191,10 @@ def install(cache: FileCache) -> None:
 def uninstall(cache: FileCache) -> None:
     """Stop serving ``cache``'s files here; the real ``open`` is back once none is left."""
     _caches[:] = [ref for ref in _caches if ref() is not cache and ref() is not None]
-    if not _caches:
-        if builtins.open is _hooked:
+    if not _caches:  # (at interpreter exit builtins may have lost ``open`` already)
+        if getattr(builtins, "open", None) is _hooked:
             builtins.open = real_open
-        if io.open is _hooked:
+        if getattr(io, "open", None) is _hooked:
             io.open = real_open
 
 
