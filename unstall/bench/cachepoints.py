@@ -292,6 +292,7 @@ def run(
         unstall={"validation_samples_per_s": round(val["new_rate"], 1)},
         rows=rows,
         detail={
+            "quick": quick,
             "goals_met": met,
             "validation": val,
             "mixed": mixed,
