@@ -171,6 +171,22 @@ def test_a_hidden_draw_is_refused_and_its_bytes_cached_instead(tmp_path, capfd, 
         loader.close()
 
 
+def test_a_subset_picks_its_files_by_its_indices(tmp_path):
+    paths = make_clips(tmp_path / "clips")
+    _train, val = torch.utils.data.random_split(
+        Clips(paths), [16, 8], generator=torch.Generator().manual_seed(0)
+    )
+    with unstall.Cache("4MiB", hold="samples") as cache:
+        loader = unstall.DataLoader(val, batch_size=4, cache=cache)
+        first, second = dict(epoch(loader)), dict(epoch(loader))
+        want = dict(epoch(torch.utils.data.DataLoader(val, batch_size=4)))
+        assert first == second == want and sorted(want) == sorted(val.indices)
+        s = figures(loader)
+        assert (s["hits"], s["misses"], s["holds"]) == (8, 8, "samples")
+        assert s["listed"] == "dataset.files[indices]"
+        loader.close()
+
+
 def test_a_dataset_with_no_file_per_sample_is_refused(tmp_path):
     class Tensors(torch.utils.data.Dataset):
         def __len__(self):

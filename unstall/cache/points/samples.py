@@ -13,7 +13,8 @@ Binding (`bind_samples`, in the loader's main process, once):
 
 1. **The files behind each sample.** The dataset must list one file per sample, in its
    own order (torchvision's ``samples``/``imgs``, or the longest list of existing paths
-   among its attributes, as the file hook finds them: `unstall.cache.files.listed_paths`).
+   among its attributes, as the file hook finds them: `unstall.cache.files.listed_paths`);
+   a `torch.utils.data.Subset` of one such dataset picks its files by its ``indices``.
    Sample ``i``'s version is its file's (size, mtime, inode, device), taken by ``stat``
    each time it is asked for: a changed file is a miss (``stale``), never an old sample.
    A dataset that lists no such files is not sample-cached (its samples could not be
@@ -170,6 +171,12 @@ def sample_files(dataset: Any) -> tuple[list[str], str]:
         Refused: no attribute lists one existing file per sample.
     """
     name = type(dataset).__name__
+    picked = getattr(dataset, "indices", None)
+    inner = getattr(dataset, "dataset", None)
+    if inner is not None and isinstance(picked, Sequence) and len(picked) == len(dataset):
+        # a Subset (random_split's validation part): the inner dataset's files, picked
+        paths, where = sample_files(inner)
+        return [paths[int(i)] for i in picked], f"dataset.{where}[indices]"
     try:
         paths, where = listed_paths(dataset)
     except NoListing as exc:
