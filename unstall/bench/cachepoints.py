@@ -197,6 +197,22 @@ def _pairs(
     }
 
 
+def _row(case: str, baseline: str, new: str, pair: dict[str, Any], goal: float) -> dict:
+    """A table row for one pair's medians."""
+    return {
+        "case": case,
+        "baseline": baseline,
+        "unstall": new,
+        "baseline_samples_per_s": round(pair["base_rate"], 1),
+        "unstall_samples_per_s": round(pair["new_rate"], 1),
+        "ratio": round(pair["ratio"], 3),
+        "baseline_cpu_ms": round(pair["base_cpu_ms"], 2),
+        "unstall_cpu_ms": round(pair["new_cpu_ms"], 2),
+        "cpu_ratio": round(pair["cpu_ratio"], 3),
+        "goal": goal,
+    }
+
+
 def run(
     *, quick: bool, console: Any = None, repeats: int = 3, images: int | None = None
 ) -> BenchResult:
@@ -240,36 +256,11 @@ def run(
                 f"training {label}",
                 console,
             )
-    rows = [
-        {
-            "case": "validation pass 2+",
-            "baseline": "as is",
-            "unstall": "hold=samples",
-            "baseline_samples_per_s": round(val["base_rate"], 1),
-            "unstall_samples_per_s": round(val["new_rate"], 1),
-            "ratio": round(val["ratio"], 3),
-            "baseline_cpu_ms": round(val["base_cpu_ms"], 2),
-            "unstall_cpu_ms": round(val["new_cpu_ms"], 2),
-            "cpu_ratio": round(val["cpu_ratio"], 3),
-            "goal": GOAL_VALIDATION,
-        }
-    ]
+    rows = [_row("validation pass 2+", "as is", "hold=samples", val, GOAL_VALIDATION)]
     for label, size in (("third", third), ("twelfth", twelfth)):
-        m = mixed[label]
-        rows.append(
-            {
-                "case": f"training epoch 2+, budget {label} of decoded ({size / 2**20:.0f} MiB)",
-                "baseline": "hold=bytes",
-                "unstall": "hold=auto",
-                "baseline_samples_per_s": round(m["base_rate"], 1),
-                "unstall_samples_per_s": round(m["new_rate"], 1),
-                "ratio": round(m["ratio"], 3),
-                "baseline_cpu_ms": round(m["base_cpu_ms"], 2),
-                "unstall_cpu_ms": round(m["new_cpu_ms"], 2),
-                "cpu_ratio": round(m["cpu_ratio"], 3),
-                "goal": GOAL_MIXED if label == "third" else 1.0,
-            }
-        )
+        case = f"training epoch 2+, budget {label} of decoded ({size / 2**20:.0f} MiB)"
+        goal = GOAL_MIXED if label == "third" else 1.0
+        rows.append(_row(case, "hold=bytes", "hold=auto", mixed[label], goal))
     met = val["ratio"] >= GOAL_VALIDATION and mixed["third"]["ratio"] >= GOAL_MIXED
     third, twelfth = mixed["third"], mixed["twelfth"]
     notes = [
