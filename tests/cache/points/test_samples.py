@@ -99,6 +99,16 @@ def test_served_exactly_from_epoch_two(tmp_path):
         assert N * 2000 * 2 < s2["inserted_bytes"] < N * 2000 * 2 + N * 400
         rows = [r for r in list_caches() if r["name"] == s2["name"]]
         assert rows and rows[0]["holds"] == "samples" and rows[0]["items_cached"] == N
+        shown = subprocess.run(
+            [sys.executable, "-m", "unstall", "cache", "list"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+        ).stdout
+        line = next(x for x in shown.splitlines() if s2["name"] in x)
+        assert f"{N} / {N}" in line
+        assert "samples, " in shown.split(s2["name"])[1].splitlines()[1]  # what it holds
         loader.close()
 
 
