@@ -1,0 +1,147 @@
+"""One resampling step from the decoded image to the output: pads, crops, flips and resizes
+composed per axis into one banded weight matrix, applied once.
+
+A detection pipeline's geometry is separable: every op (``RandomZoomOut``'s pad,
+``RandomIoUCrop``'s crop, flips, resizes) maps output rows to input rows and output columns
+to input columns independently. `axis_taps` walks an axis's chain of ops backwards from the
+output grid: integer ops (pad, crop, flip) move indices, a resize spreads each index over
+its filter taps with torch's antialiased bilinear weights (`aa_weights`, the weights of
+``F.interpolate(..., mode="bilinear", antialias=True)``, which torchvision's ``Resize`` runs
+on tensors), and an index that lands in a pad (the zoom-out canvas) gets weight 0: the fill
+takes the rest of that output pixel's weight. `resample` then makes the output in two passes
+over the source rows it needs (columns, then rows), never painting the canvas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+#: One op of an axis's chain: ``("pad", before, after)``, ``("crop", offset, size)``,
+#: ``("flip",)`` or ``("resize", size)``, with the grid size it reads (``n_in``).
+AxisOp = tuple[str, int, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class Taps:
+    """Per output index: source indices ``index`` (n, K) and weights ``weight`` (n, K);
+    ``1 - weight.sum(1)`` is the fill's share (the canvas where no image is)."""
+
+    index: torch.Tensor
+    weight: torch.Tensor
+
+    @property
+    def coverage(self) -> torch.Tensor:
+        """The image's share of each output index (1 inside the image, 0 in the fill)."""
+        return self.weight.sum(1)
+
+
+def aa_weights(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """torch's antialiased bilinear taps from ``n_in`` to ``n_out`` samples: ``(index,
+    weight)``, each ``(n_out, K)`` (PyTorch's ``_compute_indices_weights_aa``)."""
+    scale = n_in / n_out
+    support = scale if scale >= 1.0 else 1.0
+    invscale = 1.0 / scale if scale >= 1.0 else 1.0
+    center = scale * (np.arange(n_out) + 0.5)
+    xmin = np.maximum(np.trunc(center - support + 0.5).astype(np.int64), 0)
+    xmax = np.minimum(np.trunc(center + support + 0.5).astype(np.int64), n_in)
+    size = xmax - xmin
+    k = int(size.max())
+    j = np.arange(k)[None, :]
+    weight = np.clip(1.0 - np.abs((j + xmin[:, None] - center[:, None] + 0.5) * invscale), 0, None)
+    weight = np.where(j < size[:, None], weight, 0.0)
+    weight /= weight.sum(1, keepdims=True)
+    index = np.minimum(xmin[:, None] + j, n_in - 1)
+    return index, weight
+
+
+def axis_taps(chain: Sequence[AxisOp], n_out: int) -> Taps:
+    """The taps of output indices ``0..n_out-1`` in the source, through ``chain`` (the axis's
+    ops from the source to the output, each with the size of the grid it reads)."""
+    index = np.arange(n_out, dtype=np.int64)[:, None]
+    weight = np.ones((n_out, 1))
+    for kind, n_in, args in reversed(chain):
+        if kind == "pad":
+            index = index - args[0]
+        elif kind == "crop":
+            index = index + args[0]
+        elif kind == "flip":
+            index = n_in - 1 - index
+        elif kind == "resize":
+            ti, tw = aa_weights(n_in, args[0])
+            n = index.shape[0]
+            index, weight = ti[index].reshape(n, -1), (weight[..., None] * tw[index]).reshape(n, -1)
+        else:
+            raise ValueError(f"unknown axis op {kind!r}")
+        inside = (index >= 0) & (index < n_in)
+        weight = np.where(inside, weight, 0.0)
+        index = np.clip(index, 0, n_in - 1)
+        if kind == "resize":
+            index, weight = _merge(index, weight)
+    return Taps(torch.from_numpy(index), torch.from_numpy(weight.astype(np.float32)))
+
+
+def _merge(index: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop the columns no row uses (weight 0 everywhere)."""
+    used = (weight != 0).any(0)
+    if used.all() or not used.any():
+        return index, weight
+    return index[:, used], weight[:, used]
+
+
+def resample(source: torch.Tensor, rows: Taps, cols: Taps) -> torch.Tensor:
+    """``C x H x W`` source (any dtype) -> ``C x h x w`` float32 on the source's scale: the
+    image's part of each output pixel (add ``fill * (1 - coverage)`` for the canvas).
+
+    Only the output rows and columns the image reaches are computed, from the source rows
+    and columns their taps read: rows by gathering whole source rows, columns after one
+    transpose, also by gathering rows (both contiguous copies, not per-element gathers)."""
+    channels = source.shape[0]
+    out = torch.zeros(channels, rows.index.shape[0], cols.index.shape[0])
+    y = _span(rows)
+    x = _span(cols)
+    if y is None or x is None:
+        return out
+    (o0, o1, s0, s1), (p0, p1, t0, t1) = y, x
+    part = source[:, s0:s1, t0:t1].to(torch.float32)  # C x Hs x Ws, a copy
+    down = _gather(part, 1, rows.index[o0:o1] - s0, rows.weight[o0:o1])  # C x R x Ws
+    flat = down.reshape(channels * (o1 - o0), t1 - t0).t().contiguous()  # Ws x C*R
+    across = _gather(flat, 0, cols.index[p0:p1] - t0, cols.weight[p0:p1])  # Q x C*R
+    out[:, o0:o1, p0:p1] = across.t().reshape(channels, o1 - o0, p1 - p0)
+    return out
+
+
+def _span(taps: Taps) -> tuple[int, int, int, int] | None:
+    """``(first, end)`` of the output indices the image reaches and of the source indices
+    their taps read; None where the image reaches none."""
+    reach = (taps.weight != 0).any(1).nonzero().flatten()
+    if reach.numel() == 0:
+        return None
+    o0, o1 = int(reach[0]), int(reach[-1]) + 1
+    used = taps.weight[o0:o1] != 0
+    index = taps.index[o0:o1][used]
+    return o0, o1, int(index.min()), int(index.max()) + 1
+
+
+def _gather(data: torch.Tensor, dim: int, index: torch.Tensor, weight: torch.Tensor):
+    """``sum_k data.index_select(dim, index[:, k]) * weight[:, k]`` (weights broadcast along
+    ``dim``), skipping taps no output uses."""
+    n = index.shape[0]
+    index = index.clamp(0, data.shape[dim] - 1)
+    total = None
+    for k in range(index.shape[1]):
+        w = weight[:, k]
+        if not bool((w != 0).any()):
+            continue
+        shape = [1] * data.dim()
+        shape[dim] = n
+        term = data.index_select(dim, index[:, k])
+        if total is None:
+            total = term.mul_(w.view(shape))
+        else:
+            total.addcmul_(term, w.view(shape))
+    assert total is not None
+    return total
