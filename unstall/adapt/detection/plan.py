@@ -24,6 +24,7 @@ over the whole source); and pixels are resampled once (torchvision: uint8 after 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -310,10 +311,12 @@ def as_source(image: Any) -> torch.Tensor:
     if isinstance(image, PIL.Image.Image):
         if image.mode not in ("RGB", "L"):
             image = image.convert("RGB")
-        array = np.asarray(image)
+        array = np.asarray(image)  # PIL's buffer, read-only: never written here
         if array.ndim == 2:
             array = array[:, :, None]
-        return torch.from_numpy(array).permute(2, 0, 1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "not writable": it is only read
+            return torch.from_numpy(array).permute(2, 0, 1)
     if isinstance(image, torch.Tensor):
         data = image.as_subclass(torch.Tensor)
         if data.dtype == torch.uint8:
