@@ -62,11 +62,18 @@ PRESETS = {
         ]
     ),
     "multiscale": lambda: T.Compose(
-        [T.RandomShortestSize(min_size=(96, 128, 160), max_size=260), T.RandomHorizontalFlip()]
-        + tail()
+        [
+            T.RandomShortestSize(min_size=(96, 128, 160), max_size=260),
+            T.RandomHorizontalFlip(),
+            *tail(),
+        ]
     ),
     "lsj": lambda: T.Compose(
-        [T.ScaleJitter(target_size=(200, 200)), T.RandomVerticalFlip(), T.ClampBoundingBoxes()]
-        + tail()
+        [
+            T.ScaleJitter(target_size=(200, 200)),
+            T.RandomVerticalFlip(),
+            T.ClampBoundingBoxes(),
+            *tail(),
+        ]
     ),
 }

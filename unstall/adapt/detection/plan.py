@@ -39,7 +39,7 @@ from torchvision.transforms.v2._transform import _RandomApplyTransform
 from torchvision.transforms.v2._utils import get_bounding_boxes, query_size
 
 from unstall.adapt.detection.draws import iou_crop_params
-from unstall.adapt.detection.resample import AxisOp, Taps, axis_taps, resample
+from unstall.adapt.detection.resample import AxisOp, Taps, axis_taps, paste, resample
 from unstall.adapt.detection.steps import Step
 from unstall.pipeline.decode import DCT_SCALES, decode_jpeg
 
@@ -203,6 +203,9 @@ class Layout:
         """The output image, float32 on the 0-255 scale (uint8-valued where torchvision's
         pipeline holds uint8 there)."""
         _, sh, sw = source.shape
+        resizes = any(op[0] == "resize" for op in (*self.rows, *self.cols))
+        if scale == 1 and not resizes and source.dtype == torch.uint8:
+            return self._paste(source, colour_first)
         rows, cols = self.taps(scale, sh, sw)
         image = resample(source, rows, cols)
         cover = rows.coverage[:, None] * cols.coverage[None, :]
@@ -222,12 +225,33 @@ class Layout:
             image = distort(image, self.colour[0][0], uint8, None).to(torch.float32)
         return image
 
+    def _paste(self, source: torch.Tensor, colour_first: bool) -> torch.Tensor:
+        """`pixels` without a resize: whole pixels moved (uint8 out), colours on the source's
+        visible part first, or on the output after, as the pipeline orders them."""
+        uint8 = not (self.colour and self.colour[0][1])
+        params = self.colour[0][0] if self.colour else None
+
+        def colour(part: torch.Tensor) -> torch.Tensor:
+            assert params is not None
+            mean = _thumbnail_mean(source, params)
+            out = distort(part.to(torch.float32), params, uint8, mean)
+            return out.round_().clamp_(0, 255).to(torch.uint8) if uint8 else out
+
+        first = colour if params is not None and colour_first else None
+        base = source if uint8 or first is None else source.to(torch.float32)
+        image = paste(base, self.rows, self.cols, (self.h, self.w), self._fill_tensor(), first)
+        if params is not None and not colour_first:
+            image = distort(image.to(torch.float32), params, uint8, None)
+        return image
+
     def finish(self, image: torch.Tensor, source: Any) -> Any:
         """The float 0-255 output as the script's pipeline has it: uint8 or float as the
         image was at its last pixel op, of the source's type (a tensor for PIL), then the
         pipeline's type ops in order (``ToImage``, ``ToDtype``, ``Normalize``...)."""
         if self.float_stage:
-            out: Any = image.div_(255.0)
+            out: Any = image.to(torch.float32).div_(255.0)
+        elif image.dtype == torch.uint8:
+            out = image
         else:
             out = image.round_().clamp_(0, 255).to(torch.uint8)
         if isinstance(source, tv_tensors.Image):

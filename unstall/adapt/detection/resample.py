@@ -14,7 +14,7 @@ over the source rows it needs (columns, then rows), never painting the canvas.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,15 +81,25 @@ def axis_taps(chain: Sequence[AxisOp], n_out: int) -> Taps:
         index = np.clip(index, 0, n_in - 1)
         if kind == "resize":
             index, weight = _merge(index, weight)
+            index = np.clip(index, 0, n_in - 1)  # a band's ends past the edge weigh 0
     return Taps(torch.from_numpy(index), torch.from_numpy(weight.astype(np.float32)))
 
 
 def _merge(index: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Drop the columns no row uses (weight 0 everywhere)."""
-    used = (weight != 0).any(0)
-    if used.all() or not used.any():
-        return index, weight
-    return index[:, used], weight[:, used]
+    """Each row's taps as one band (index ``first + k``), the weights of a repeated index
+    summed (two resizes in a row read the same source index several times), and the
+    columns no row uses dropped."""
+    n = index.shape[0]
+    live = weight != 0
+    first = np.where(live, index, np.iinfo(np.int64).max).min(1)
+    first = np.where(live.any(1), first, 0)
+    rel = np.where(live, index - first[:, None], 0)
+    band = np.zeros((n, int(rel.max()) + 1))
+    np.add.at(band, (np.repeat(np.arange(n), index.shape[1]), rel.ravel()), weight.ravel())
+    used = (band != 0).any(0)
+    band = band[:, used] if used.any() else band[:, :1]
+    offsets = np.arange(used.size)[used] if used.any() else np.zeros(1, dtype=np.int64)
+    return first[:, None] + offsets[None, :], band
 
 
 def resample(source: torch.Tensor, rows: Taps, cols: Taps) -> torch.Tensor:
@@ -106,7 +116,7 @@ def resample(source: torch.Tensor, rows: Taps, cols: Taps) -> torch.Tensor:
     if y is None or x is None:
         return out
     (o0, o1, s0, s1), (p0, p1, t0, t1) = y, x
-    part = source[:, s0:s1, t0:t1].to(torch.float32)  # C x Hs x Ws, a copy
+    part = source[:, s0:s1, t0:t1]  # C x Hs x Ws, a view: the gathers convert it
     down = _gather(part, 1, rows.index[o0:o1] - s0, rows.weight[o0:o1])  # C x R x Ws
     flat = down.reshape(channels * (o1 - o0), t1 - t0).t().contiguous()  # Ws x C*R
     across = _gather(flat, 0, cols.index[p0:p1] - t0, cols.weight[p0:p1])  # Q x C*R
@@ -140,8 +150,60 @@ def _gather(data: torch.Tensor, dim: int, index: torch.Tensor, weight: torch.Ten
         shape[dim] = n
         term = data.index_select(dim, index[:, k])
         if total is None:
-            total = term.mul_(w.view(shape))
+            total = term.mul(w.view(shape))  # float32, whatever the data's dtype
         else:
             total.addcmul_(term, w.view(shape))
     assert total is not None
     return total
+
+
+def shift(chain: Sequence[AxisOp], n_out: int, n_src: int) -> tuple[int, int, int, int, bool]:
+    """An axis with no resize: output ``[o0, o1)`` shows source ``[s0, s1)``, reversed where
+    ``flipped``; ``(o0, o1, s0, s1, flipped)`` (``o0 == o1``: the image is not in view)."""
+    sign, offset = 1, 0  # source index = sign * output index + offset
+    for kind, n_in, args in reversed(chain):
+        if kind == "pad":
+            offset -= args[0]
+        elif kind == "crop":
+            offset += args[0]
+        elif kind == "flip":
+            offset, sign = n_in - 1 - offset, -sign
+        else:
+            raise ValueError(f"shift() takes integer ops only, not {kind!r}")
+    # output j shows source sign * j + offset, inside [0, n_src)
+    ends = sorted(((0 - offset) * sign, (n_src - 1 - offset) * sign))
+    o0, o1 = max(ends[0], 0), min(ends[1] + 1, n_out)
+    if o0 >= o1:
+        return 0, 0, 0, 0, False
+    s_a, s_b = sign * o0 + offset, sign * (o1 - 1) + offset
+    return o0, o1, min(s_a, s_b), max(s_a, s_b) + 1, sign < 0
+
+
+def paste(
+    source: torch.Tensor,
+    rows: Sequence[AxisOp],
+    cols: Sequence[AxisOp],
+    size: tuple[int, int],
+    fill: torch.Tensor,
+    colour: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The output of integer-only chains (pads, crops, flips: no resampling): a canvas of
+    ``fill`` with the source's visible part copied in once, ``colour`` applied to that part
+    first (the photometric ops of a pipeline that distorts before its geometry)."""
+    h, w = size
+    channels = source.shape[0]
+    oy0, oy1, sy0, sy1, fy = shift(rows, h, source.shape[1])
+    ox0, ox1, sx0, sx1, fx = shift(cols, w, source.shape[2])
+    dims = [d for d, f in ((1, fy), (2, fx)) if f]
+    part = source[:, sy0:sy1, sx0:sx1]
+    if (oy0, oy1, ox0, ox1) == (0, h, 0, w):  # no canvas in view: the part is the output
+        part = colour(part) if colour is not None else part
+        return part.flip(dims) if dims else part
+    out = torch.empty((channels, h, w), dtype=source.dtype)
+    for c, value in enumerate(fill.flatten().tolist()):
+        out[c].fill_(value)
+    if oy0 == oy1 or ox0 == ox1:
+        return out
+    part = colour(part) if colour is not None else part
+    out[:, oy0:oy1, ox0:ox1] = part.flip(dims) if dims else part
+    return out
