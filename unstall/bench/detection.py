@@ -38,7 +38,7 @@ STEP_MS = 4.0
 GOAL = 3.0
 PRESETS = ("ssd", "ssdlite", "hflip")
 #: images per run (1024x768 JPEGs, 1-10 boxes each)
-IMAGES = {"quick": 48, "full": 256}
+IMAGES = {"quick": 48, "full": 192}
 SIZE = (1024, 768)
 
 
