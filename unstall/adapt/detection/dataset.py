@@ -70,6 +70,7 @@ class PlannedDetection(torch.utils.data.Dataset):
                     return self.dataset[index]
                 except deferred.Changed:
                     self.defer = False  # the script reworks its decoded image: decode it whole
+            self.plan.deferred = None
             return self.dataset[index]
         finally:
             self.plan.deferred = None

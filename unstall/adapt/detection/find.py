@@ -61,7 +61,8 @@ def find_detection(dataset: Any) -> Found | Refusal | None:
 def _pipeline_attr(dataset: Any) -> tuple[str | None, str]:
     """``(attribute, dataset's name)``: the attribute holding the pipeline, or None."""
     cls = type(dataset)
-    if cls.__name__ == "VisionDatasetTVTensorWrapper":  # wrap_dataset_for_transforms_v2
+    if any(c.__name__ == "VisionDatasetTVTensorWrapper" for c in cls.__mro__):
+        # wrap_dataset_for_transforms_v2: a class made per dataset class, "Wrapped<Name>"
         inner = type(getattr(dataset, "_dataset", dataset)).__name__
         return ("transforms" if dataset.transforms is not None else None), inner
     vision = _torchvision_class("torchvision.datasets.vision", "VisionDataset")

@@ -39,7 +39,14 @@ from torchvision.transforms.v2._transform import _RandomApplyTransform
 from torchvision.transforms.v2._utils import get_bounding_boxes, query_size
 
 from unstall.adapt.detection.draws import iou_crop_params
-from unstall.adapt.detection.resample import AxisOp, Taps, axis_taps, paste, resample
+from unstall.adapt.detection.resample import (
+    AxisOp,
+    Taps,
+    axis_taps,
+    paste,
+    reduce_taps,
+    resample,
+)
 from unstall.adapt.detection.steps import Step
 from unstall.pipeline.decode import DCT_SCALES, decode_jpeg
 
@@ -176,17 +183,16 @@ class Layout:
 
     def taps(self, scale: int, sh: int, sw: int) -> tuple[Taps, Taps]:
         """Both axes' taps, into a source decoded at ``1/scale`` (``sh x sw``)."""
-        rows, cols = list(self.rows), list(self.cols)
-        if scale > 1:  # the decoded source, upsampled back to the full grid, then the chain
-            rows.insert(0, ("resize", sh, (self.src_h,)))
-            cols.insert(0, ("resize", sw, (self.src_w,)))
-        return axis_taps(rows, self.h), axis_taps(cols, self.w)
+        rows, cols = axis_taps(self.rows, self.h), axis_taps(self.cols, self.w)
+        if scale > 1:  # a decoded pixel stands for the `scale` full-size pixels it covers
+            rows, cols = reduce_taps(rows, scale, sh), reduce_taps(cols, scale, sw)
+        return rows, cols
 
     def dct_scale(self) -> int:
         """The largest DCT downscale (1, 2, 4, 8) that keeps at least one source pixel per
         output pixel along both axes (the rule of `unstall.pipeline.crop.dct_scale`)."""
         fy, fx = self.reduction()
-        return max((s for s in DCT_SCALES if fy >= s and fx >= s), default=1)
+        return max((s for s in DCT_SCALES if fy >= 2 * s and fx >= 2 * s), default=1)
 
     def reduction(self) -> tuple[float, float]:
         """Source pixels per output pixel, along rows and columns (the resizes' product)."""

@@ -85,6 +85,16 @@ def axis_taps(chain: Sequence[AxisOp], n_out: int) -> Taps:
     return Taps(torch.from_numpy(index), torch.from_numpy(weight.astype(np.float32)))
 
 
+def reduce_taps(taps: Taps, scale: int, n_small: int) -> Taps:
+    """``taps`` into a source decoded at ``1/scale`` (``n_small`` samples): the weight of
+    full-size index ``i`` goes to decoded index ``i // scale`` (the DCT-scaled pixel is the
+    mean of the ``scale`` pixels it covers)."""
+    index = np.minimum(taps.index.numpy() // scale, n_small - 1)
+    index, weight = _merge(index, taps.weight.numpy().astype(np.float64))
+    index = np.clip(index, 0, n_small - 1)
+    return Taps(torch.from_numpy(index), torch.from_numpy(weight.astype(np.float32)))
+
+
 def _merge(index: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's taps as one band (index ``first + k``), the weights of a repeated index
     summed (two resizes in a row read the same source index several times), and the
