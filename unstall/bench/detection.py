@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,62 @@ def make_detection_data(
     return root
 
 
+def side_by_side(root: Path, images: int = 24) -> list[dict[str, Any]]:
+    """Per preset, on ``images`` of the bench's JPEGs, in this process, one thread: CPU ms per
+    sample of the script's ``dataset[i]`` and of the planned one (load-free: thread time),
+    and the planned output's difference from torchvision's for the same draws (same seed):
+    grey levels of 255, the mean over images of each image's mean, and the worst pixel."""
+    import importlib.util
+
+    import torch
+
+    from unstall.adapt.detection import adapt_detection
+
+    spec = importlib.util.spec_from_file_location("detection_ssd", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a loader worker
+    rows = []
+    try:
+        for preset in PRESETS:
+            dataset = script.JpegBoxes(str(root), transforms=script.preset(preset, 300))
+            planned = adapt_detection(dataset, "lean", lambda _line: None)
+            own = ours = 0.0
+            means, worst, boxes_equal = [], 0.0, True
+            n = min(images, len(dataset))
+            for i in range(n):
+                torch.manual_seed(i)
+                c0 = time.thread_time()
+                a, ta = dataset[i]
+                c1 = time.thread_time()
+                torch.manual_seed(i)
+                b, tb = planned[i]
+                c2 = time.thread_time()
+                own, ours = own + c1 - c0, ours + c2 - c1
+                d = (a.float() - b.float()).abs() * 255
+                means.append(float(d.mean()))
+                worst = max(worst, float(d.max()))
+                boxes_equal &= torch.equal(ta["boxes"], tb["boxes"])
+                boxes_equal &= torch.equal(ta["labels"], tb["labels"])
+            rows.append(
+                {
+                    "preset": preset,
+                    "script_cpu_ms": round(own / n * 1e3, 2),
+                    "planned_cpu_ms": round(ours / n * 1e3, 2),
+                    "cpu_ratio": round(own / ours, 2),
+                    "pixel_mean": round(sum(means) / n, 3),
+                    "pixel_worst_image_mean": round(max(means), 3),
+                    "pixel_worst": round(worst, 1),
+                    "boxes_labels_equal": boxes_equal,
+                }
+            )
+    finally:
+        torch.set_num_threads(threads)
+    return rows
+
+
 def _run(command: list[str], env: dict[str, str], timeout: float) -> float:
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
@@ -108,6 +165,15 @@ def run(
     with tempfile.TemporaryDirectory(prefix="unstall-bench-det-") as tmp:
         data = make_detection_data(os.path.join(tmp, "data"), images)
         _read_all(data)
+        compared = side_by_side(data, images=min(24, images))
+        for r in compared:
+            say(
+                f"  {r['preset']}: CPU per sample {r['script_cpu_ms']:.1f} ms as is, "
+                f"{r['planned_cpu_ms']:.1f} ms planned ({r['cpu_ratio']:.2f}x); pixels vs "
+                f"torchvision, same draws: mean {r['pixel_mean']:.2f}, worst image mean "
+                f"{r['pixel_worst_image_mean']:.2f}, worst {r['pixel_worst']:.0f} grey levels; "
+                f"boxes and labels equal: {r['boxes_labels_equal']}"
+            )
         config = os.path.join(tmp, "lean.json")
         with open(config, "w") as f:
             json.dump({"kwargs": {"prep": "lean"}}, f)
@@ -161,11 +227,18 @@ def run(
             "image_size": f"{SIZE[0]}x{SIZE[1]}",
             "step_ms": STEP_MS,
             "ratios": {k: round(v, 3) for k, v in ratios.items()},
+            "side_by_side": compared,
         },
         notes=[
             f"{repeats} alternating pairs per preset, one epoch of {images} JPEGs of "
             f"{SIZE[0]}x{SIZE[1]} (1-10 boxes each), batch 16, 2 workers, a simulated step of "
             f"{STEP_MS} ms; ratio: the median of the pairs' ratios (goal >= {GOAL}x on ssd)",
             "ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()),
+            "load-free (CPU per sample, one thread, side by side): "
+            + "; ".join(
+                f"{r['preset']} {r['script_cpu_ms']:.1f} -> {r['planned_cpu_ms']:.1f} ms "
+                f"({r['cpu_ratio']:.2f}x)"
+                for r in compared
+            ),
         ],
     )

@@ -189,10 +189,10 @@ class Layout:
         return rows, cols
 
     def dct_scale(self) -> int:
-        """The largest DCT downscale (1, 2, 4, 8) that keeps at least one source pixel per
+        """The largest DCT downscale (1, 2, 4, 8) that keeps at least one decoded pixel per
         output pixel along both axes (the rule of `unstall.pipeline.crop.dct_scale`)."""
         fy, fx = self.reduction()
-        return max((s for s in DCT_SCALES if fy >= 2 * s and fx >= 2 * s), default=1)
+        return max((s for s in DCT_SCALES if fy >= s and fx >= s), default=1)
 
     def reduction(self) -> tuple[float, float]:
         """Source pixels per output pixel, along rows and columns (the resizes' product)."""
