@@ -141,7 +141,7 @@ def test_unknown_op_leaves_the_pipeline_as_it_is_with_its_line(jpegs, capsys) ->
     assert line in err and "Blur is not torchvision's" in err
     assert err.count("unstall: prep=") == 1
     assert loader.dataset is dataset
-    images, targets = next(iter(loader))
+    _images, targets = next(iter(loader))
     assert [t["image_id"] for t in targets] == [0, 1, 2, 3]
 
 

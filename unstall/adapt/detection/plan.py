@@ -377,9 +377,9 @@ def _is_float(marker: Any) -> bool:
 
 
 def _fill_values(op: Any, channels: int) -> list[float]:
-    from torchvision.transforms.v2._utils import _get_fill
+    from torchvision.transforms.v2._utils import _get_fill, _setup_fill_arg
 
-    fill = _get_fill(op._fill, tv_tensors.Image)
+    fill = _get_fill(_setup_fill_arg(op.fill), tv_tensors.Image)  # as the op resolves it
     if fill is None:
         return [0.0] * channels
     values = [float(v) for v in fill] if isinstance(fill, (list, tuple)) else [float(fill)]
