@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, str] = {
     "torchvision": "unstall.bench.torchvision",
     "detection": "unstall.bench.detection",
     "remote": "unstall.bench.remote",
+    "cachepoints": "unstall.bench.cachepoints",
 }
 
 #: The SeaweedFS ``weed`` binary (the S3 server the benchmarks run on 127.0.0.1).
