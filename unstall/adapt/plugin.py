@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from unstall.adapt.detection.hook import adapt_detection
 from unstall.adapt.folder import adapted_dataset
 from unstall.adapt.recognize import Recipe, Refusal, recognize
 from unstall.loader import extensions
@@ -41,6 +42,10 @@ def adapt_arguments(dataset: Any, a: dict[str, Any]) -> Any:
         if prep == "lean":
             a["prep"] = None
         return dataset
+    planned = adapt_detection(dataset, prep, _say)  # a detection pipeline: planned
+    if planned is not None:
+        a["prep"] = None
+        return planned
     found = recognize(dataset)
     if isinstance(found, Refusal):
         _say(f"unstall: prep={prep!r}: dataset left as it is: {found.reason}")

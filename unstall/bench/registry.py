@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, str] = {
     "filecache": "unstall.bench.filecache",
     "autotune": "unstall.bench.autotune",
     "torchvision": "unstall.bench.torchvision",
+    "detection": "unstall.bench.detection",
     "remote": "unstall.bench.remote",
     "cachepoints": "unstall.bench.cachepoints",
 }

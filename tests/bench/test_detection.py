@@ -1,0 +1,37 @@
+"""`bench detection --quick`'s output: its rows and figures (the structure, not the speed);
+and the data it runs on (`make_detection_data`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from unstall.bench.detection import PRESETS, make_detection_data, run
+
+
+def test_detection_data_is_jpegs_with_boxes_inside(tmp_path) -> None:
+    root = make_detection_data(tmp_path / "d", 6, size=(96, 64), seed=2)
+    items = json.loads((root / "annotations.json").read_text())["images"]
+    assert [i["file"] for i in items] == [f"{k:06d}.jpg" for k in range(6)]
+    for item in items:
+        assert (root / item["file"]).read_bytes()[:3] == b"\xff\xd8\xff"
+        assert 1 <= len(item["boxes"]) == len(item["labels"]) <= 10
+        for x0, y0, x1, y1 in item["boxes"]:
+            assert 0 <= x0 < x1 <= 96 and 0 <= y0 < y1 <= 64
+    again = make_detection_data(tmp_path / "e", 6, size=(96, 64), seed=2)
+    assert (again / "annotations.json").read_text() == (root / "annotations.json").read_text()
+
+
+@pytest.mark.timeout(900)  # six runs of a script with two workers
+def test_quick_bench_has_a_row_per_preset_with_both_sides() -> None:
+    result = run(quick=True, images=8, repeats=1)
+    assert result.name == "detection"
+    assert [r["case"] for r in result.rows] == list(PRESETS)
+    for row in result.rows:
+        assert row["as_is_samples_per_s"] > 0 and row["planned_samples_per_s"] > 0
+        assert len(row["as_is_runs"]) == len(row["planned_runs"]) == len(row["pair_ratios"]) == 1
+        ratio = row["planned_samples_per_s"] / row["as_is_samples_per_s"]
+        assert row["ratio"] == pytest.approx(ratio, rel=1e-2)
+    assert result.ratio == pytest.approx(result.rows[0]["ratio"], rel=1e-3)
+    assert set(result.detail["ratios"]) == set(PRESETS) and result.detail["images"] == 8
