@@ -21,15 +21,15 @@ import torch.utils.data
 from torch.utils.data import IterableDataset, Sampler
 
 from unstall.loader import hooks
-from unstall.loader.autotune import take_auto
+from unstall.loader.autotune.controller import take_auto
 from unstall.loader.build import build_machinery
 from unstall.loader.position import EpochPosition, check_state, identity
 from unstall.loader.sampling import OrderView
 from unstall.loader.settings import (
-    LoaderArgs,
     LoaderSettings,
-    apply_config,
+    adapt,
     check_passthrough,
+    loader_args,
     torch_arguments,
 )
 from unstall.loader.stats import CpuMeter, LoaderStats, loader_stats
@@ -125,38 +125,39 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         remote: Any = None,
         watchdog_s: float | None = None,
     ):
-        args = LoaderArgs(
-            batch_size=batch_size,
-            shuffle=shuffle,
-            sampler=sampler,
-            batch_sampler=batch_sampler,
-            num_workers=num_workers,
-            collate_fn=collate_fn,
-            pin_memory=pin_memory,
-            drop_last=drop_last,
-            timeout=timeout,
-            worker_init_fn=worker_init_fn,
-            multiprocessing_context=multiprocessing_context,
-            generator=generator,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-            pin_memory_device=pin_memory_device,
-            in_order=in_order,
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            cache=cache,
-            device=device,
-            device_transform=device_transform,
-            prep=prep,
-            zero_copy=zero_copy,
-            coordinate=coordinate,
-            remote=remote,
-            watchdog_s=watchdog_s,
-        )
-        torch_iter.check()  # torch's private names unstall uses: once, naming a missing one
         hooks.first_loader()  # `unstall run` / analyze start watching a script's own loaders
-        dataset, args = apply_config(dataset, args)  # $UNSTALL_CONFIG; prep='lean' (adapt)
+        args = loader_args(
+            {  # as given (by name), $UNSTALL_CONFIG's kwargs over them
+                "batch_size": batch_size,
+                "shuffle": shuffle,
+                "sampler": sampler,
+                "batch_sampler": batch_sampler,
+                "num_workers": num_workers,
+                "collate_fn": collate_fn,
+                "pin_memory": pin_memory,
+                "drop_last": drop_last,
+                "timeout": timeout,
+                "worker_init_fn": worker_init_fn,
+                "multiprocessing_context": multiprocessing_context,
+                "generator": generator,
+                "prefetch_factor": prefetch_factor,
+                "persistent_workers": persistent_workers,
+                "pin_memory_device": pin_memory_device,
+                "in_order": in_order,
+                "seed": seed,
+                "rank": rank,
+                "world_size": world_size,
+                "cache": cache,
+                "device": device,
+                "device_transform": device_transform,
+                "prep": prep,
+                "zero_copy": zero_copy,
+                "coordinate": coordinate,
+                "remote": remote,
+                "watchdog_s": watchdog_s,
+            }
+        )
+        dataset, args = adapt(dataset, args)  # prep='lean' on torchvision's (unstall.adapt)
         self.watchdog_s = args.watchdog_s  # read by each epoch's watchdog (None: default)
         iterable = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__")
         auto = take_auto(args.num_workers, args.prefetch_factor, map_style=not iterable)
@@ -164,8 +165,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._autotune = auto.tuner  # None: the pool stays as started
         # torch checks the options and sets the attributes it exposes, exactly as its own.
         shadow = TorchDataLoader(dataset, **torch_arguments(args, dataset))
-        self.__dict__.update(shadow.__dict__)
-        torch_iter.set_initialized(self, False)
+        torch_iter.adopt(self, shadow)  # its attributes, torch's names checked (once)
         self._stats = LoaderStats()
         self._main_cpu = CpuMeter()  # main-process CPU seconds in the loader, batches
         self._stats_sources: list[Callable[[], dict[str, Any]]] = []

@@ -1,13 +1,13 @@
 """A loader's arguments and settings, checked once: torch's arguments, unstall's own, and a
 config file's.
 
-`LoaderArgs` holds the arguments as given, one typed field each. The steps that decide from
-them return what they decide, a new `LoaderArgs` (``dataclasses.replace``) or a small
-result, and `DataLoader.__init__` takes it: the config file and the adapt step
-(`apply_config`), ``"auto"`` (`unstall.loader.autotune.take_auto`), an iterable dataset's
-file cache (`unstall.loader.file_hook.for_passthrough`). torch's options are checked by
-torch itself (`DataLoader` builds a torch loader from the same arguments first,
-`torch_arguments`), so every bad value or combination gets torch's own error.
+`LoaderArgs` holds the arguments as given, one typed field each (`loader_args`: with a
+config file's over them). The steps that decide from them return what they decide, a new
+`LoaderArgs` (``dataclasses.replace``) or a small result, and `DataLoader.__init__` takes
+it: the adapt step (`adapt`), ``"auto"`` (`unstall.loader.autotune.take_auto`), an
+iterable dataset's file cache (`unstall.loader.file_hook.for_passthrough`). torch's options
+are checked by torch itself (`DataLoader` builds a torch loader from the same arguments
+first, `torch_arguments`), so every bad value or combination gets torch's own error.
 `LoaderSettings.resolve` then checks unstall's own options and resolves them (seed,
 shard, device, zero-copy and pinning, ``cache=``: `unstall.loader.cache_binding`) into one
 frozen object that the machinery is built from.
@@ -20,7 +20,7 @@ that process tree then takes the file's ``kwargs`` over the script's own
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -159,7 +159,7 @@ class LoaderSettings:
         zero_copy = zero_copy and not (a.batch_size is None and a.batch_sampler is None)
         if a.coordinate:  # issue 18: published batches are mapped, not sent through slots
             zero_copy = False
-        return cls(
+        return LoaderSettings(
             batch_size=a.batch_size,
             shuffle=a.shuffle,
             sampler=a.sampler,
@@ -251,12 +251,17 @@ def check_zero_copy(zero_copy: bool | None, num_workers: int, host_pinning: bool
     return bool(zero_copy)
 
 
-def apply_config(dataset: Any, a: LoaderArgs) -> tuple[Any, LoaderArgs]:
-    """``a`` with ``$UNSTALL_CONFIG``'s kwargs over it; then, for ``prep="lean"|"gpu"|
-    "hybrid"|"auto"`` on a dataset unstall does not know (a torchvision ``ImageFolder``), the
-    dataset the loader runs instead and the arguments it runs with (the ``"adapt"``
-    extension, `unstall.adapt.plugin.adapt_arguments`). Returns ``(dataset, arguments)``."""
-    a = replace(a, **config_overrides())
+def loader_args(given: dict[str, Any]) -> LoaderArgs:
+    """The arguments a loader runs with: ``given`` (the script's, by name: `LoaderArgs`'s
+    fields), with ``$UNSTALL_CONFIG``'s kwargs over them (`unstall.loader.config_file`)."""
+    return LoaderArgs(**{**given, **config_overrides()})
+
+
+def adapt(dataset: Any, a: LoaderArgs) -> tuple[Any, LoaderArgs]:
+    """For ``prep="lean"|"gpu"|"hybrid"|"auto"`` on a dataset unstall does not know (a
+    torchvision ``ImageFolder``), the dataset the loader runs instead and the arguments it
+    runs with (the ``"adapt"`` extension, `unstall.adapt.plugin.adapt_arguments`); else
+    ``(dataset, a)`` as they are."""
     if a.prep in ("lean", "gpu", "hybrid", "auto"):
         from unstall.loader import extensions
 

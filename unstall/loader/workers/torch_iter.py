@@ -132,6 +132,15 @@ def length_unasked(inner: Any) -> int | None:
     return length
 
 
+def adopt(loader: Any, inner: Any) -> None:
+    """``loader`` (unstall's) takes torch's loader ``inner``'s attributes, torch's guard
+    against setting them opened until `set_initialized`; the names here are checked first
+    (`check`, once a process)."""
+    check()
+    loader.__dict__.update(inner.__dict__)
+    set_initialized(loader, False)
+
+
 def set_initialized(loader: Any, done: bool) -> None:
     """Open (False) or close (True) torch's guard against setting a loader's attributes."""
     loader.__dict__["_DataLoader__initialized"] = done
