@@ -24,15 +24,7 @@ class TunedLoader(Protocol):
 
     dataset: Any
 
-    def start_epoch(
-        self,
-        epoch: int | None = None,
-        start: int | None = None,
-        *,
-        workers: int | None = None,
-        prefetch: int | None = None,
-        continues: Any = None,
-    ) -> Any:
+    def start_epoch(self, *, workers: int | None, prefetch: int | None, continues: Any) -> Any:
         """Continue epoch iterator ``continues`` from its next batch on a pool of ``workers``
         x ``prefetch`` (the pool change); see `unstall.DataLoader.start_epoch`."""
 
