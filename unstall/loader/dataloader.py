@@ -250,8 +250,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
     def worker_pids(self) -> list[int]:
         """Process ids of the current iterator's workers (the analyzer reads their clocks)."""
         it = self._current() if self._current is not None else None
-        workers = torch_iter.workers(getattr(it, "_torch_iter", None))
-        return [p.pid for p in workers if getattr(p, "pid", None)]
+        return [p.pid for p in torch_iter.workers(getattr(it, "_torch_iter", None)) if p.pid]
 
     def order_spec(self, *, need_length: bool = True) -> Any:
         """The order spec (None: a user's sampler), following a dataset that grew or shrank."""
