@@ -228,7 +228,7 @@ def _loader_private_names() -> set[str]:
     loader = unstall.DataLoader(Four(), batch_size=2)
     it = iter(loader)
     names = {n for obj in (loader, it) for n in dir(obj) if _private(n)}
-    for path in ("unstall/loader/dataloader.py", "unstall/loader/iterate.py"):
+    for path in ("unstall/loader/dataloader.py", "unstall/loader/workers/iterate.py"):
         for node in _walk(path):
             if (
                 isinstance(node, ast.Attribute)

@@ -264,7 +264,7 @@ WATCHDOG_ENV = "UNSTALL_WATCHDOG_S"
 
 def watchdog_text() -> str:
     """``$UNSTALL_WATCHDOG_S`` (`WATCHDOG_ENV`; "": not set): the loader watchdog's bound for
-    every loader without ``watchdog_s=`` (`unstall.loader.watchdog`)."""
+    every loader without ``watchdog_s=`` (`unstall.loader.workers.watchdog`)."""
     return _env(WATCHDOG_ENV)
 
 

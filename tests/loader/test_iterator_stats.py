@@ -153,7 +153,7 @@ def test_iterable_dataset_epochs_end_the_same_ways():
 
 
 def test_an_iterator_kept_to_the_end_ends_its_epoch_at_exit():
-    from unstall.loader.iterate import end_open_epochs
+    from unstall.loader.workers.iterate import end_open_epochs
 
     loader = unstall.DataLoader(Slow(16), batch_size=4)
     kept = iter(loader)

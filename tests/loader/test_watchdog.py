@@ -3,7 +3,7 @@ naming the worker and the batch, with nothing left in /dev/shm or the process ta
 
 Each fault is real: a worker stopped with SIGSTOP, a dataset that blocks in ``__getitem__``,
 a batch task lost on its way to its worker (the index queue drops it), a worker that hangs
-at start without CPU (its pool restarted at the same batch, `unstall.loader.stuck_start`).
+at start without CPU (its pool restarted at the same batch, `unstall.loader.workers.stuck_start`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from unstall import DataLoader
-from unstall.loader import stuck_start
 from unstall.loader.handoff.slots import leftover_slots
-from unstall.loader.watchdog import LoaderStuckError, bound_s
+from unstall.loader.workers import stuck_start
+from unstall.loader.workers.watchdog import LoaderStuckError, bound_s
 
 BOUND = 2.0
 #: The error must come within the bound plus this much (a poll, the workers' shutdown).

@@ -1,5 +1,5 @@
 """A worker's death leaves no queue lock held: torch's shutdown (at the epoch's end, at exit)
-must not hang (see unstall/loader/worker_death.py)."""
+must not hang (see unstall/loader/workers/worker_death.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import torch
 
-from unstall.loader.worker_death import release_queue_locks, release_stuck_locks
+from unstall.loader.workers.worker_death import release_queue_locks, release_stuck_locks
 
 
 def _raise_in(self: object) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ from unstall.adapt.detection.hook import adapt_detection
 from unstall.adapt.folder import adapted_dataset
 from unstall.adapt.recognize import Recipe, Refusal, recognize
 from unstall.loader import extensions
+from unstall.loader.settings import LoaderArgs
 
 log = logging.getLogger("unstall")
 
@@ -30,65 +32,62 @@ log = logging.getLogger("unstall")
 ADAPTING = ("lean", "gpu", "hybrid", "auto")
 
 
-def adapt_arguments(dataset: Any, a: dict[str, Any]) -> Any:
-    """The dataset the loader runs for ``a["prep"]``; ``a`` updated (``prep``, ``device``,
-    ``device_transform``) to what the loader itself knows. ``dataset`` as it is where no
-    replacement applies (then ``prep="lean"`` is None, the loader's default: the script's
-    own work, which an iterable dataset keeps too)."""
-    prep = a.get("prep")
+def adapt_arguments(dataset: Any, a: LoaderArgs) -> tuple[Any, LoaderArgs]:
+    """The dataset the loader runs for ``a.prep`` and the arguments it runs it with
+    (``prep``, ``device``, ``pin_memory``, ``device_transform`` set to what the loader itself
+    knows). ``dataset`` and ``a`` as they are where no replacement applies (but
+    ``prep="lean"`` is then None, the loader's default: the script's own work, which an
+    iterable dataset keeps too)."""
+    prep = a.prep
     if prep not in ADAPTING:
-        return dataset
+        return dataset, a
     if callable(getattr(dataset, "fetch", None)):  # unstall's own dataset: its own pipeline
-        if prep == "lean":
-            a["prep"] = None
-        return dataset
+        return dataset, replace(a, prep=None) if prep == "lean" else a
     planned = adapt_detection(dataset, prep, _say)  # a detection pipeline: planned
     if planned is not None:
-        a["prep"] = None
-        return planned
+        return planned, replace(a, prep=None)
     found = recognize(dataset)
     if isinstance(found, Refusal):
         _say(f"unstall: prep={prep!r}: dataset left as it is: {found.reason}")
-        a["prep"] = None
-        return dataset
+        return dataset, replace(a, prep=None)
     return _replace(found, prep, a)
 
 
-def _replace(recipe: Recipe, prep: str, a: dict[str, Any]) -> Any:
+def _replace(recipe: Recipe, prep: str, a: LoaderArgs) -> tuple[Any, LoaderArgs]:
     cuda = torch.cuda.is_available()
-    if a.get("device") is None and cuda:
-        a["device"] = "cuda"  # where the loop moves it: its .cuda() then costs nothing
-    if not cuda and a.get("pin_memory"):
-        a["pin_memory"] = False  # moot: torch pins nothing without an accelerator either;
-        # off, batches cross in zero-copy slots instead of torch's pickled shared memory
+    if a.device is None and cuda:
+        a = replace(a, device="cuda")  # where the loop moves it: its .cuda() then costs nothing
+    if not cuda and a.pin_memory:
+        a = replace(a, pin_memory=False)  # moot: torch pins nothing without an accelerator
+        # either; off, batches cross in zero-copy slots instead of torch's pickled shared memory
     gpu_stage = prep in ("gpu", "hybrid") or (prep == "auto" and cuda)
     why = ""
     if gpu_stage and not recipe.standard:
         why = " (the GPU stage runs RandomResizedCrop + flip only: lean instead)"
     elif gpu_stage and recipe.target_transform is not None:
         why = " (target_transform: lean instead)"
-    elif gpu_stage and a.get("collate_fn") not in (None, torch.utils.data.default_collate):
+    elif gpu_stage and a.collate_fn not in (None, torch.utils.data.default_collate):
         why = " (a collate_fn of its own: lean instead)"
     if gpu_stage and not why:
-        if a.get("device") is None:
-            a["device"] = "cpu"  # the stage's CPU engine (no GPU here)
+        if a.device is None:
+            a = replace(a, device="cpu")  # the stage's CPU engine (no GPU here)
         dataset = adapted_dataset(recipe, output="float")
-        _say(f"unstall: prep={prep!r}: {recipe.name} prepared by the GPU stage on {a['device']}")
-        return dataset
-    on_device = a.get("device") is not None and recipe.to_float
+        _say(f"unstall: prep={prep!r}: {recipe.name} prepared by the GPU stage on {a.device}")
+        return dataset, a
+    on_device = a.device is not None and recipe.to_float
     dataset = adapted_dataset(
         recipe, output="uint8" if on_device or not recipe.to_float else "float"
     )
-    if on_device and a.get("device_transform") is None:
+    if on_device and a.device_transform is None:
         from unstall.loader.device import NormalizeImages
 
-        a["device_transform"] = NormalizeImages(recipe.mean, recipe.std)
-    a["prep"] = "cpu"
-    where = f"normalized on {a['device']}" if on_device else "finished in the workers"
+        a = replace(a, device_transform=NormalizeImages(recipe.mean, recipe.std))
+    a = replace(a, prep="cpu")
+    where = f"normalized on {a.device}" if on_device else "finished in the workers"
     _say(
         f"unstall: prep={prep!r}: {recipe.name} prepared lean ({dataset.transform!r}), {where}{why}"
     )
-    return dataset
+    return dataset, a
 
 
 def _say(line: str) -> None:

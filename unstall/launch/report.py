@@ -184,7 +184,7 @@ def write_own() -> None:
     run_dir = _run_dir()
     if _watcher is None or run_dir is None or not _watcher.records or not _root_alive():
         return
-    from unstall.loader.iterate import end_open_epochs
+    from unstall.loader.workers.iterate import end_open_epochs
 
     end_open_epochs()  # an iterator kept to the end: its epoch ends with the program
     used, folded = fold(_watcher.refresh())

@@ -1,5 +1,5 @@
 """SIGUSR1: each process of an ``unstall run`` (or ``unstall analyze``) says what its loaders
-are doing, as the loader's watchdog would (`unstall.loader.watchdog.describe_all`): for each
+are doing, as the loader's watchdog would (`unstall.loader.workers.watchdog.describe_all`): for each
 running epoch, the batch the loop waits for, the tasks outstanding and on which worker,
 each worker's pid, state and CPU time, the slots and the autotuner's last change.
 
@@ -51,6 +51,6 @@ def _answer(signum: int, frame: Any) -> None:
 def report() -> str:
     """This process's loaders' state, headed by its pid and rank."""
     from unstall import machine
-    from unstall.loader.watchdog import describe_all
+    from unstall.loader.workers.watchdog import describe_all
 
     return f"unstall: state of pid {os.getpid()} (rank {machine.rank()}):\n{describe_all()}"

@@ -4,7 +4,8 @@ Besides `DataLoader`, what the packages above it build on: a batch task and its
 failure (`BatchTask`, `TaskFailure`), planned batches (`planned_batch`: what the
 workers are handed), the order (`OrderSpec`), and the zero-copy hand-off's writer and
 reader (`unstall.loader.handoff`), which coordination points at its published files; and
-`LoaderStuckError`, the watchdog's error for a loader stuck waiting (`unstall.loader.watchdog`).
+`LoaderStuckError`, the watchdog's error for a loader stuck waiting
+(`unstall.loader.workers.watchdog`).
 
 Names load on first use: ``unstall run --config`` checks its file with
 `unstall.loader.config_file` before the program starts, without torch.
@@ -22,7 +23,7 @@ _HOMES = {
     "EpochPosition": "unstall.loader.position",
     "FetchLayer": "unstall.loader.fetch",
     "LoaderSettings": "unstall.loader.settings",
-    "LoaderStuckError": "unstall.loader.watchdog",
+    "LoaderStuckError": "unstall.loader.workers.watchdog",
     "OrderSpec": "unstall.loader.sampling",
     "SplitDataset": "unstall.loader.fetch",
     "TaskFailure": "unstall.loader.failures",
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from unstall.loader.position import EpochPosition
     from unstall.loader.sampling import OrderSpec, epoch_permutation, planned_batch, shard
     from unstall.loader.settings import LoaderSettings
-    from unstall.loader.watchdog import LoaderStuckError
+    from unstall.loader.workers.watchdog import LoaderStuckError
 
 __all__ = [
     "BatchTask",

@@ -21,19 +21,21 @@ import torch.utils.data
 from torch.utils.data import IterableDataset, Sampler
 
 from unstall.loader import hooks
-from unstall.loader.autotune import take_auto
+from unstall.loader.autotune.controller import take_auto
 from unstall.loader.build import build_machinery
-from unstall.loader.epoch_start import EpochStarter, passthrough_epoch
-from unstall.loader.position import EpochPosition, check_state
+from unstall.loader.position import EpochPosition, check_state, identity
 from unstall.loader.sampling import OrderView
 from unstall.loader.settings import (
     LoaderSettings,
-    apply_config,
+    adapt,
     check_passthrough,
+    loader_args,
     torch_arguments,
 )
-from unstall.loader.stats import CpuMeter, LoaderStats
+from unstall.loader.stats import CpuMeter, LoaderStats, loader_stats
 from unstall.loader.torch_class import TorchDataLoader
+from unstall.loader.workers import torch_iter
+from unstall.loader.workers.epoch_start import EpochStarter, passthrough_epoch
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -82,7 +84,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             and changes its pool between batches while it runs (`unstall.loader.autotune`;
             ``stats()["autotune"]`` says what it chose and why).
         watchdog_s: a wait for a batch this long with no worker making progress raises
-            `LoaderStuckError`, naming the stuck worker and batch (`unstall.loader.watchdog`).
+            `LoaderStuckError`, naming the stuck worker and batch
+            (`unstall.loader.workers.watchdog`).
 
     Each ``iter()`` runs one epoch: epoch numbers advance by themselves, or are set
     with `set_epoch`. `state_dict` records the position; `load_state_dict` makes the
@@ -122,16 +125,47 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         remote: Any = None,
         watchdog_s: float | None = None,
     ):
-        a = {k: v for k, v in dict(locals()).items() if k not in ("self", "dataset", "__class__")}
         hooks.first_loader()  # `unstall run` / analyze start watching a script's own loaders
-        dataset = apply_config(dataset, a)  # $UNSTALL_CONFIG; prep='lean' on torchvision's
-        self.watchdog_s = a.pop("watchdog_s")  # read by each epoch's watchdog (None: default)
+        args = loader_args(
+            {  # as given (by name), $UNSTALL_CONFIG's kwargs over them
+                "batch_size": batch_size,
+                "shuffle": shuffle,
+                "sampler": sampler,
+                "batch_sampler": batch_sampler,
+                "num_workers": num_workers,
+                "collate_fn": collate_fn,
+                "pin_memory": pin_memory,
+                "drop_last": drop_last,
+                "timeout": timeout,
+                "worker_init_fn": worker_init_fn,
+                "multiprocessing_context": multiprocessing_context,
+                "generator": generator,
+                "prefetch_factor": prefetch_factor,
+                "persistent_workers": persistent_workers,
+                "pin_memory_device": pin_memory_device,
+                "in_order": in_order,
+                "seed": seed,
+                "rank": rank,
+                "world_size": world_size,
+                "cache": cache,
+                "device": device,
+                "device_transform": device_transform,
+                "prep": prep,
+                "zero_copy": zero_copy,
+                "coordinate": coordinate,
+                "remote": remote,
+                "watchdog_s": watchdog_s,
+            }
+        )
+        dataset, args = adapt(dataset, args)  # prep='lean' on torchvision's (unstall.adapt)
+        self.watchdog_s = args.watchdog_s  # read by each epoch's watchdog (None: default)
         iterable = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__")
-        self._autotune = take_auto(a, map_style=not iterable)  # "auto" -> starting values
+        auto = take_auto(args.num_workers, args.prefetch_factor, map_style=not iterable)
+        args = replace(args, num_workers=auto.num_workers, prefetch_factor=auto.prefetch_factor)
+        self._autotune = auto.tuner  # None: the pool stays as started
         # torch checks the options and sets the attributes it exposes, exactly as its own.
-        shadow = TorchDataLoader(dataset, **torch_arguments(a, dataset))
-        self.__dict__.update(shadow.__dict__)
-        self.__dict__["_DataLoader__initialized"] = False
+        shadow = TorchDataLoader(dataset, **torch_arguments(args, dataset))
+        torch_iter.adopt(self, shadow)  # its attributes, torch's names checked (once)
         self._stats = LoaderStats()
         self._main_cpu = CpuMeter()  # main-process CPU seconds in the loader, batches
         self._stats_sources: list[Callable[[], dict[str, Any]]] = []
@@ -142,21 +176,23 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             weakref.finalize(self, self._autotune.close)
             # coordinated preparation: the pool stays as started; with remote workers the
             # tuner sizes both sides (issue 45), iterable datasets run none (no tuner)
-            self._autotune.enabled = not a["coordinate"]
+            self._autotune.enabled = not args.coordinate
         if self._passthrough:
             self._fetch_layer = None
-            if a["cache"] is not None and a["cache"] is not False:  # issue 40: files cached
+            if args.cache is not None and args.cache is not False:  # issue 40: files cached
                 from unstall.loader.file_hook import for_passthrough
 
-                self._fetch_layer = for_passthrough(a, dataset, shadow)
+                served, self._fetch_layer = for_passthrough(args.cache, dataset, shadow)
                 if self._fetch_layer is not None:
                     self._stats_sources.append(self._fetch_layer.stats)
-            check_passthrough(dataset, a)
+                if served:  # no extra left for `check_passthrough` to refuse
+                    args = replace(args, cache=None)
+            check_passthrough(dataset, args)
             self._inner = shadow
             self.seed, self.rank, self.world_size, self.device, self.prep = None, 0, 1, None, "cpu"
             self.order = self._handoff = self._gpu_prep = None
         else:
-            self._settings = settings = LoaderSettings.resolve(dataset, a)
+            self._settings = settings = LoaderSettings.resolve(dataset, args)
             self.seed, self.rank = settings.seed, settings.rank
             self.world_size, self.device = settings.world_size, settings.device
             m = build_machinery(self, dataset, settings)
@@ -166,12 +202,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
             self.collate_fn = m.collate_fn
             self._fetch_layer = m.fetch_layer
             self._stats_sources.extend(m.stats_sources)
-            self._task = m.task
-            self._unpack = m.task.pack
-            self._handoff = m.handoff
-            self._gpu_prep = m.gpu_prep
-            self._device_transform = m.device_transform
-            self._worker_seeds = m.worker_seeds
+            self._handoff, self._gpu_prep = m.handoff, m.gpu_prep  # the rest: the starter's
             self._coordination, self._remote = m.coordination, m.remote  # issues 18, 45
             if self._autotune is not None and m.remote is not None:
                 self._autotune.bind_remote(m.remote)  # the tuner sizes both sides
@@ -187,13 +218,8 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
                 self._autotune,
             )
             if self.order is not None and self.order.rule == "seeded":  # shows the known order
-                self.sampler = OrderView(self)
-                self.batch_sampler = (
-                    torch.utils.data.BatchSampler(self.sampler, batch_size, drop_last)
-                    if batch_size is not None
-                    else None
-                )
-        self.__dict__["_DataLoader__initialized"] = True
+                self.sampler, self.batch_sampler = OrderView.samplers(self, batch_size, drop_last)
+        torch_iter.set_initialized(self, True)
         if hooks.observed():
             hooks.notify_created(self)
 
@@ -224,8 +250,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
     def worker_pids(self) -> list[int]:
         """Process ids of the current iterator's workers (the analyzer reads their clocks)."""
         it = self._current() if self._current is not None else None
-        workers = getattr(getattr(it, "_torch_iter", None), "_workers", None) or []
-        return [p.pid for p in workers if getattr(p, "pid", None)]
+        return [p.pid for p in torch_iter.workers(getattr(it, "_torch_iter", None)) if p.pid]
 
     def order_spec(self, *, need_length: bool = True) -> Any:
         """The order spec (None: a user's sampler), following a dataset that grew or shrank."""
@@ -283,14 +308,17 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         """
         self._need_map_style("start_epoch")
         if continues is not None:
-            return self._starter.carry_on(continues, workers=workers, prefetch=prefetch)
-        if epoch is not None and epoch != self._position.epoch:
-            self._position.set_epoch(epoch)
-        if start is not None and start != self._position.start:
-            self._position.start, self._position.loaded = start, None  # no loaded draw there
-        self._end_previous()
-        it = self._starter.start(workers=workers, prefetch=prefetch)
-        self._current = weakref.ref(it)
+            it = self._starter.carry_on(continues, workers=workers, prefetch=prefetch)
+        else:
+            if epoch is not None and epoch != self._position.epoch:
+                self._position.set_epoch(epoch)
+            if start is not None and start != self._position.start:
+                self._position.start, self._position.loaded = start, None  # no loaded draw
+            self._end_previous()
+            it = self._starter.start(workers=workers, prefetch=prefetch)
+            self._current = weakref.ref(it)
+        if continues is not None or workers is not None or prefetch is not None:
+            self.num_workers, self.prefetch_factor = self._starter.pool  # the pool it sized
         return it
 
     def _end_previous(self) -> None:
@@ -320,12 +348,12 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._need_map_style("state_dict")
         torch_rule = self.order is not None and self.order.rule == "torch"
         return self._position.state_dict(
-            self._identity(),
+            identity(self),
             length=len(self),
             sampler=self._sampler,
             torch_rule=torch_rule,
             # persistent workers: the next iter() reuses them (torch draws no base seed)
-            workers_kept=getattr(self._inner, "_iterator", None) is not None,
+            workers_kept=torch_iter.running_iterator(self._inner) is not None,
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -336,23 +364,13 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         self._need_map_style("load_state_dict")
         torch_rule = self.order is not None and self.order.rule == "torch"
         seed_given = self._settings.seed_given
-        adopt = check_state(state, self._identity(), torch_rule=torch_rule, seed_given=seed_given)
+        adopt = check_state(state, identity(self), torch_rule=torch_rule, seed_given=seed_given)
         if adopt is not None:  # a saved run's seed (and unstall's order) over torch's draws
             self.seed = adopt
             if self.order is not None:
                 self.order = replace(self.order, seed=adopt, rule="seeded")
                 self._sampler.spec = self.order  # type: ignore[union-attr]
         self._position.load_state_dict(state)
-
-    def _identity(self) -> dict[str, Any]:
-        """What a saved state must share with this loader (`position.IDENTITY`)."""
-        return {
-            "seed": self.seed,
-            "num_samples": len(self.dataset),
-            "batch_size": self.batch_size,
-            "rank": self.rank,
-            "world_size": self.world_size,
-        }
 
     def _need_map_style(self, what: str) -> None:
         if self._passthrough:
@@ -364,22 +382,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
     # Stats ---------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """Timings since construction: waits (stall), fetch and prep per batch, throughput."""
-        out = self._stats.as_dict()
-        out["num_workers"] = self.num_workers
-        cpu_s, batches = self._main_cpu.seconds, self._main_cpu.batches
-        out["main_cpu_s"] = round(cpu_s, 6)  # the training loop's thread, in ``__next__``
-        out["main_cpu_ms_per_batch"] = round(1e3 * cpu_s / batches, 4) if batches else 0.0
-        if self._gpu_prep is not None and batches:  # the GPU stage's own thread, beside it
-            out["stage_cpu_ms_per_batch"] = round(1e3 * self._stats.stage_cpu_s / batches, 4)
-        plan = getattr(self._gpu_prep, "stats", None)
-        out["prep_plan"] = plan() if callable(plan) else {"mode": self.prep}
-        if self._handoff is not None:
-            out["zero_copy"] = self._handoff.stats()
-        out["epoch"] = self._position.current_epoch
-        if self._autotune is not None:
-            out["autotune"] = self._autotune.stats()
-        out.update(self._source_stats())
-        return out
+        return loader_stats(self)
 
     def _source_stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

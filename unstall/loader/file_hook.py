@@ -236,18 +236,19 @@ def worker_init(
     return WorkerInit(cache, user)
 
 
-def for_passthrough(a: dict[str, Any], dataset: Any, torch_loader: Any) -> FileCache | None:
-    """An iterable dataset's cache (torch's own loader runs it): its files cached as above,
-    the hook chained into ``torch_loader``'s workers; ``a["cache"]`` is then taken as handled.
-    None (``a`` untouched) when ``a["cache"]`` is not a cache setting for a dataset that
-    opens its files itself (`unstall.loader.cache_binding`)."""
-    if not is_setting(a["cache"]):
-        return None
-    binding = resolve_cache(a["cache"], dataset)
+def for_passthrough(cache: Any, dataset: Any, torch_loader: Any) -> tuple[bool, FileCache | None]:
+    """An iterable dataset's ``cache=`` (torch's own loader runs it): its files cached as
+    above, the hook chained into ``torch_loader``'s workers. Returns ``(served, files)``:
+    ``served``, the loader takes ``cache=`` as handled, and ``files`` the file cache (None
+    where it cannot apply, one line saying why); not ``served`` when ``cache`` is not a
+    cache setting for a dataset that opens its files itself
+    (`unstall.loader.cache_binding`): the loader refuses it, as any extra of such a dataset."""
+    if not is_setting(cache):
+        return False, None
+    binding = resolve_cache(cache, dataset)
     if not binding.files:
-        return None
+        return False, None
     files = binding.bind(dataset)
-    a["cache"] = None
     init = worker_init(files, torch_loader.worker_init_fn, torch_loader.num_workers)
     torch_loader.worker_init_fn = init
-    return files
+    return True, files

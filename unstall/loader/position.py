@@ -24,6 +24,17 @@ IDENTITY = ("seed", "num_samples", "batch_size", "world_size", "rank")
 _SAVED = ("seed", "num_samples", "batch_size", "rank", "world_size")  # a state's key order
 
 
+def identity(loader: Any) -> dict[str, Any]:
+    """What a saved state must share with ``loader`` (`IDENTITY`), from its public attributes."""
+    return {
+        "seed": loader.seed,
+        "num_samples": len(loader.dataset),
+        "batch_size": loader.batch_size,
+        "rank": loader.rank,
+        "world_size": loader.world_size,
+    }
+
+
 @dataclass
 class Cursor:
     """One ``iter()``'s epoch and the batches it has handed out (its start included)."""

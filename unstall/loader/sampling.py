@@ -315,6 +315,14 @@ class OrderView(torch.utils.data.Sampler):
         # persistent workers to exit (then a 5 s wait per worker).
         self._loader = weakref.ref(loader)
 
+    @classmethod
+    def samplers(cls, loader: Any, batch_size: int | None, drop_last: bool) -> tuple[Any, Any]:
+        """``(sampler, batch_sampler)`` that ``loader`` shows: its order, batched as torch's."""
+        view = cls(loader)
+        if batch_size is None:
+            return view, None
+        return view, torch.utils.data.BatchSampler(view, batch_size, drop_last)
+
     def _spec(self) -> Any:
         return self._owner().order_spec()
 

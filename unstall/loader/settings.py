@@ -1,7 +1,13 @@
-"""A loader's settings, checked once: torch's arguments, unstall's own, and a config file's.
+"""A loader's arguments and settings, checked once: torch's arguments, unstall's own, and a
+config file's.
 
-torch's options are checked by torch itself (`DataLoader` builds a torch loader from the
-same arguments first), so every bad value or combination gets torch's own error.
+`LoaderArgs` holds the arguments as given, one typed field each (`loader_args`: with a
+config file's over them). The steps that decide from them return what they decide, a new
+`LoaderArgs` (``dataclasses.replace``) or a small result, and `DataLoader.__init__` takes
+it: the adapt step (`adapt`), ``"auto"`` (`unstall.loader.autotune.take_auto`), an
+iterable dataset's file cache (`unstall.loader.file_hook.for_passthrough`). torch's options
+are checked by torch itself (`DataLoader` builds a torch loader from the same arguments
+first, `torch_arguments`), so every bad value or combination gets torch's own error.
 `LoaderSettings.resolve` then checks unstall's own options and resolves them (seed,
 shard, device, zero-copy and pinning, ``cache=``: `unstall.loader.cache_binding`) into one
 frozen object that the machinery is built from.
@@ -14,7 +20,7 @@ that process tree then takes the file's ``kwargs`` over the script's own
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -39,6 +45,42 @@ EXTRAS = (
 )
 #: Values ``prep`` takes (None: chosen by device and dataset).
 PREPS = ("auto", "cpu", "gpu", "hybrid")
+
+
+@dataclass(frozen=True)
+class LoaderArgs:
+    """Every argument of `unstall.DataLoader` but its dataset, as given (see its docstring):
+    torch's, then unstall's own. Not checked: torch checks its own (`torch_arguments`),
+    `LoaderSettings.resolve` unstall's; ``num_workers``/``prefetch_factor`` may still be
+    ``"auto"`` until `unstall.loader.autotune.take_auto` has chosen the starting pool."""
+
+    batch_size: int | None = 1
+    shuffle: bool | None = None
+    sampler: Any = None
+    batch_sampler: Any = None
+    num_workers: int | str = 0
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    pin_memory: bool = False
+    drop_last: bool = False
+    timeout: float = 0
+    worker_init_fn: Callable[[int], None] | None = None
+    multiprocessing_context: Any = None
+    generator: torch.Generator | None = None
+    prefetch_factor: int | str | None = None
+    persistent_workers: bool = False
+    pin_memory_device: str = ""
+    in_order: bool = True
+    seed: int | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    cache: Any = None
+    device: str | torch.device | None = None
+    device_transform: Callable[[Any], Any] | None = None
+    prep: str | None = None
+    zero_copy: bool | None = None
+    coordinate: str | bool | None = None
+    remote: Any = None
+    watchdog_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -87,65 +129,83 @@ class LoaderSettings:
         return self.batch_size is None and self.batch_sampler is None
 
     @classmethod
-    def resolve(cls, dataset: Any, a: dict[str, Any]) -> LoaderSettings:
-        """Check and resolve the arguments ``a`` (torch's and unstall's) for ``dataset``."""
-        rank, world_size = resolve_world(a["rank"], a["world_size"])
-        unstall_order = any(a[k] is not None for k in ("seed", "rank", "world_size"))
+    def resolve(cls, dataset: Any, a: LoaderArgs) -> LoaderSettings:
+        """Check and resolve the arguments ``a`` (torch's and unstall's, ``"auto"`` taken
+        already) for ``dataset``."""
+        rank, world_size = resolve_world(a.rank, a.world_size)
+        unstall_order = any(v is not None for v in (a.seed, a.rank, a.world_size))
         # a dataset with its own epoch order (shards) draws its seed as torch would
         unstall_order = unstall_order or callable(getattr(dataset, "epoch_order", None))
         seed = None  # torch's order and draws (position.py)
-        if a.get("remote") and a["coordinate"]:
+        if a.remote and a.coordinate:
             raise ValueError(
-                f"remote= and coordinate={a['coordinate']!r} cannot be combined: a group shares "
+                f"remote= and coordinate={a.coordinate!r} cannot be combined: a group shares "
                 "batches on one node; pass one of them"
             )
-        if unstall_order or a["coordinate"] or a.get("remote"):  # remote: draws by batch key
-            seed = resolve_seed(a["seed"], a["generator"], world_size)
-        device = resolve_device(a["device"])
-        transform = a["device_transform"]
+        if unstall_order or a.coordinate or a.remote:  # remote: draws by batch key
+            seed = resolve_seed(a.seed, a.generator, world_size)
+        device = resolve_device(a.device)
+        transform = a.device_transform
         if transform is not None and (device is None or not callable(transform)):
             raise ValueError(
                 f"device_transform={transform!r} needs a callable and a device: "
                 "pass device='cuda' (or 'cpu') with it"
             )
-        if a["prep"] not in (None, *PREPS):
-            raise ValueError(
-                f"prep={a['prep']!r} must be one of {PREPS} or None (choose by device)"
-            )
-        host_pinning = a["pin_memory"] and device is None
-        zero_copy = check_zero_copy(a["zero_copy"], a["num_workers"], host_pinning)
-        zero_copy = zero_copy and not (a["batch_size"] is None and a["batch_sampler"] is None)
-        if a["coordinate"]:  # issue 18: published batches are mapped, not sent through slots
+        if a.prep not in (None, *PREPS):
+            raise ValueError(f"prep={a.prep!r} must be one of {PREPS} or None (choose by device)")
+        num_workers: int = a.num_workers  # type: ignore[assignment]  # "auto" taken already
+        host_pinning = a.pin_memory and device is None
+        zero_copy = check_zero_copy(a.zero_copy, num_workers, host_pinning)
+        zero_copy = zero_copy and not (a.batch_size is None and a.batch_sampler is None)
+        if a.coordinate:  # issue 18: published batches are mapped, not sent through slots
             zero_copy = False
-        fields = {k: a[k] for k in cls.__dataclass_fields__ if k in a}
-        fields.update(
+        return LoaderSettings(
+            batch_size=a.batch_size,
+            shuffle=a.shuffle,
+            sampler=a.sampler,
+            batch_sampler=a.batch_sampler,
+            num_workers=num_workers,
+            collate_fn=a.collate_fn,
+            pin_memory=bool(host_pinning) and not zero_copy,
+            drop_last=a.drop_last,
+            timeout=a.timeout,
+            worker_init_fn=a.worker_init_fn,
+            multiprocessing_context=a.multiprocessing_context,
+            generator=a.generator,
+            prefetch_factor=a.prefetch_factor,  # type: ignore[arg-type]
+            persistent_workers=a.persistent_workers,
+            pin_memory_device=a.pin_memory_device,
+            in_order=a.in_order,
             seed=seed,
-            seed_given=a["seed"] is not None,
+            seed_given=a.seed is not None,
             rank=rank,
             world_size=world_size,
+            cache=resolve_cache(a.cache, dataset),
             device=device,
+            device_transform=a.device_transform,
+            prep=a.prep,
             zero_copy=zero_copy,
-            pin_memory=bool(host_pinning) and not zero_copy,
-            cache=resolve_cache(a["cache"], dataset),
+            coordinate=a.coordinate,
+            remote=a.remote,
         )
-        return cls(**fields)
 
 
-def torch_arguments(a: dict[str, Any], dataset: Any = None) -> dict[str, Any]:
+def torch_arguments(a: LoaderArgs, dataset: Any = None) -> dict[str, Any]:
     """The arguments of ``a`` that torch's own DataLoader takes (no ``shuffle`` for a dataset
     whose length is not known yet: torch's RandomSampler would ask it; unstall's order runs)."""
-    out = {k: v for k, v in a.items() if k not in EXTRAS}
+    out = {f.name: getattr(a, f.name) for f in fields(a) if f.name not in (*EXTRAS, "watchdog_s")}
     if out.get("shuffle") and getattr(dataset, "length_known", True) is False:
         out["shuffle"] = False
     return out
 
 
-def check_passthrough(dataset: Any, a: dict[str, Any]) -> None:
+def check_passthrough(dataset: Any, a: LoaderArgs) -> None:
     """An iterable dataset (or one without a length) runs on torch's machinery: no extras."""
-    given = [k for k in EXTRAS if a[k] is not None and not (k == "cache" and a[k] is False)]
+    given = [(k, getattr(a, k)) for k in EXTRAS]
+    given = [(k, v) for k, v in given if v is not None and not (k == "cache" and v is False)]
     if given:
         raise ValueError(
-            f"{given[0]}={a[given[0]]!r} needs a map-style dataset with __len__ and "
+            f"{given[0][0]}={given[0][1]!r} needs a map-style dataset with __len__ and "
             f"__getitem__; {type(dataset).__name__} is run by torch's own machinery"
         )
 
@@ -191,13 +251,19 @@ def check_zero_copy(zero_copy: bool | None, num_workers: int, host_pinning: bool
     return bool(zero_copy)
 
 
-def apply_config(dataset: Any, a: dict[str, Any]) -> Any:
-    """Take ``$UNSTALL_CONFIG``'s kwargs into ``a``; then, for ``prep="lean"|"gpu"|"hybrid"|
-    "auto"`` on a dataset unstall does not know (a torchvision ``ImageFolder``), the dataset
-    the loader runs instead (the ``"adapt"`` extension, `unstall.adapt.plugin`), ``a`` updated."""
-    a.update(config_overrides())
-    if a.get("prep") in ("lean", "gpu", "hybrid", "auto"):
+def loader_args(given: dict[str, Any]) -> LoaderArgs:
+    """The arguments a loader runs with: ``given`` (the script's, by name: `LoaderArgs`'s
+    fields), with ``$UNSTALL_CONFIG``'s kwargs over them (`unstall.loader.config_file`)."""
+    return LoaderArgs(**{**given, **config_overrides()})
+
+
+def adapt(dataset: Any, a: LoaderArgs) -> tuple[Any, LoaderArgs]:
+    """For ``prep="lean"|"gpu"|"hybrid"|"auto"`` on a dataset unstall does not know (a
+    torchvision ``ImageFolder``), the dataset the loader runs instead and the arguments it
+    runs with (the ``"adapt"`` extension, `unstall.adapt.plugin.adapt_arguments`); else
+    ``(dataset, a)`` as they are."""
+    if a.prep in ("lean", "gpu", "hybrid", "auto"):
         from unstall.loader import extensions
 
-        dataset = extensions.get("adapt")(dataset, a)
-    return dataset
+        dataset, a = extensions.get("adapt")(dataset, a)
+    return dataset, a

@@ -213,6 +213,27 @@ class LoaderStats:
         return {"stage": self.stage.summary(), "stage_cpu_s": round(self.stage_cpu_s, 6)}
 
 
+def loader_stats(loader: Any) -> dict[str, Any]:
+    """``loader.stats()``: its `LoaderStats`, the pool, the main thread's and the GPU stage's
+    CPU per batch, the prep plan, the hand-off, the epoch, the tuner and its sources' sections."""
+    out = loader._stats.as_dict()
+    out["num_workers"] = loader.num_workers
+    cpu_s, batches = loader._main_cpu.seconds, loader._main_cpu.batches
+    out["main_cpu_s"] = round(cpu_s, 6)  # the training loop's thread, in ``__next__``
+    out["main_cpu_ms_per_batch"] = round(1e3 * cpu_s / batches, 4) if batches else 0.0
+    if loader._gpu_prep is not None and batches:  # the GPU stage's own thread, beside it
+        out["stage_cpu_ms_per_batch"] = round(1e3 * loader._stats.stage_cpu_s / batches, 4)
+    plan = getattr(loader._gpu_prep, "stats", None)
+    out["prep_plan"] = plan() if callable(plan) else {"mode": loader.prep}
+    if loader._handoff is not None:
+        out["zero_copy"] = loader._handoff.stats()
+    out["epoch"] = loader._position.current_epoch
+    if loader._autotune is not None:
+        out["autotune"] = loader._autotune.stats()
+    out.update(loader._source_stats())
+    return out
+
+
 def _delta(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
     """Counters of ``now`` minus ``before`` (nested dicts too); hit rates recomputed from deltas."""
     out: dict[str, Any] = {}

@@ -7,17 +7,20 @@ between the ranks of one job, `pool` changes a running epoch's pool between two 
 `controller` ties them to one loader.
 """
 
-from unstall.loader.autotune.controller import AUTO, AutoTuner, take_auto, wants_auto
+from unstall.loader.autotune.controller import AUTO, AutoStart, AutoTuner, take_auto, wants_auto
+from unstall.loader.autotune.pool import TunedLoader
 from unstall.loader.autotune.rule import Budget, Decision, Window, decide
 from unstall.loader.autotune.share import NodeShare, Others
 
 __all__ = [
     "AUTO",
+    "AutoStart",
     "AutoTuner",
     "Budget",
     "Decision",
     "NodeShare",
     "Others",
+    "TunedLoader",
     "Window",
     "decide",
     "take_auto",

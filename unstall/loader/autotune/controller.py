@@ -21,14 +21,14 @@ import logging
 import os
 import time
 import weakref
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from unstall import machine
 from unstall.loader import schedclock
 from unstall.loader.autotune import policy, resources
 from unstall.loader.autotune.policy import START_PREFETCH, START_WORKERS, warmup_batches
-from unstall.loader.autotune.pool import can_restart, restart_pool
+from unstall.loader.autotune.pool import TunedLoader, can_restart, restart_pool
 from unstall.loader.autotune.rule import GROW_WAIT, Budget, Decision, Window
 from unstall.loader.autotune.share import NodeShare, job_key
 
@@ -38,42 +38,52 @@ log = logging.getLogger("unstall")
 AUTO = "auto"
 
 
-def wants_auto(a: dict[str, Any]) -> bool:
-    """Whether the loader arguments ``a`` ask for ``"auto"`` anywhere."""
-    return a.get("num_workers") == AUTO or a.get("prefetch_factor") == AUTO
+def wants_auto(num_workers: Any, prefetch_factor: Any) -> bool:
+    """Whether a loader's ``num_workers`` or ``prefetch_factor`` asks for ``"auto"``."""
+    return num_workers == AUTO or prefetch_factor == AUTO
 
 
-def take_auto(a: dict[str, Any], map_style: bool) -> AutoTuner | None:
-    """Replace ``"auto"`` in the loader arguments ``a`` by starting values; the tuner.
+@dataclass(frozen=True)
+class AutoStart:
+    """What `take_auto` decides: the pool a loader starts with and the tuner that changes it
+    (None: no tuning, the values as given or, for an iterable dataset, the starting ones)."""
+
+    num_workers: Any
+    prefetch_factor: Any
+    tuner: AutoTuner | None = None
+
+
+def take_auto(num_workers: Any, prefetch_factor: Any, *, map_style: bool) -> AutoStart:
+    """The starting pool for a loader's ``num_workers``/``prefetch_factor``, ``"auto"``
+    replaced by starting values, and its tuner.
 
     ``num_workers="auto"`` starts at `START_WORKERS` (at most the cores),
     ``prefetch_factor="auto"`` at 2. An
     iterable dataset (run by torch's own machinery, which cannot change its pool
-    mid-epoch) keeps the starting values: None is returned for it.
+    mid-epoch) keeps the starting values: no tuner is returned for it.
     """
-    if not wants_auto(a):
-        return None
-    tune_workers = a.get("num_workers") == AUTO
-    tune_prefetch = a.get("prefetch_factor") == AUTO
-    for key in ("num_workers", "prefetch_factor"):
-        v = a.get(key)
+    if not wants_auto(num_workers, prefetch_factor):
+        return AutoStart(num_workers, prefetch_factor)
+    tune_workers = num_workers == AUTO
+    tune_prefetch = prefetch_factor == AUTO
+    for key, v in (("num_workers", num_workers), ("prefetch_factor", prefetch_factor)):
         if v != AUTO and v is not None and (not isinstance(v, int) or isinstance(v, bool)):
             raise ValueError(f"{key}={v!r} must be an int or 'auto'")
     if tune_workers:
-        a["num_workers"] = min(START_WORKERS, resources.node_cores())
+        num_workers = min(START_WORKERS, resources.node_cores())
     tuner = None
     if map_style:  # claims its start in the node's share (ranks of one job split the cores)
-        tuner = AutoTuner(tune_workers, tune_prefetch, a["num_workers"], START_PREFETCH)
-        a["num_workers"] = tuner.workers
-    if a.get("num_workers") == 0:
+        tuner = AutoTuner(tune_workers, tune_prefetch, num_workers, START_PREFETCH)
+        num_workers = tuner.workers
+    if num_workers == 0:
         raise ValueError("prefetch_factor='auto' needs num_workers > 0 (or num_workers='auto')")
-    if tune_prefetch or a.get("prefetch_factor") is None:
-        a["prefetch_factor"] = START_PREFETCH if tune_prefetch else a.get("prefetch_factor")
+    if tune_prefetch:
+        prefetch_factor = START_PREFETCH
     if tuner is None:
-        log.info("unstall autotune: an iterable dataset keeps %d workers", a["num_workers"])
-        return None
-    tuner.prefetch = a["prefetch_factor"] or START_PREFETCH
-    return tuner
+        log.info("unstall autotune: an iterable dataset keeps %d workers", num_workers)
+        return AutoStart(num_workers, prefetch_factor)
+    tuner.prefetch = prefetch_factor or START_PREFETCH
+    return AutoStart(num_workers, prefetch_factor, tuner)
 
 
 class AutoTuner:
@@ -85,7 +95,7 @@ class AutoTuner:
         self.history: list[dict[str, Any]] = []
         self.restart_s = 0.0
         self.enabled = True  # False: pinned (e.g. coordinated preparation)
-        self._loader: weakref.ref[Any] | None = None
+        self._loader: weakref.ref[TunedLoader] | None = None
         self._it: weakref.ref[Any] | None = None
         self._raw: Any = None
         self._t0 = time.perf_counter()
@@ -111,7 +121,7 @@ class AutoTuner:
         schedclock.enable()  # workers measure their time waiting for a core
 
     # Wiring ------------------------------------------------------------------
-    def attach(self, loader: Any, it: Any, raw: Any) -> None:
+    def attach(self, loader: TunedLoader, it: Any, raw: Any) -> None:
         """Tune ``it`` (the loader's new epoch iterator), whose torch iterator is ``raw``."""
         self._loader = weakref.ref(loader)
         self._it = weakref.ref(it)

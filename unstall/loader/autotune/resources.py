@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from unstall import machine
+from unstall.loader.workers import torch_iter
 
 #: Share of the node's available memory new workers may take.
 MEMORY_SHARE = 0.5
@@ -78,7 +79,7 @@ def worker_bytes(raw: Any, loader: Any, prefetch: int) -> float | None:
     """Bytes per worker of torch iterator ``raw``'s pool: the mean proportional set size,
     plus its share of ``loader``'s zero-copy slots (``prefetch`` each); None if unmeasured."""
     sizes = []
-    for proc in getattr(raw, "_workers", None) or []:
+    for proc in torch_iter.workers(raw):
         size = process_bytes(proc.pid) if proc.pid else None
         if size:
             sizes.append(size)

@@ -2,10 +2,10 @@
 
 A worker forked while another thread of the parent held a lock (gloo threads, queue feeder
 threads) can block before it runs a line of its own: alive, no CPU, no batch, while the loop
-waits for a batch that torch gave it. The watchdog (`unstall.loader.watchdog`) calls `check`
+waits for a batch that torch gave it. The watchdog (`unstall.loader.workers.watchdog`) calls `check`
 between its reads; once the batch waited for is such a worker's `START_S` seconds after it
 started, it stops the pool and raises `StuckAtStart` out of torch's wait. The
-epoch's iterator (`unstall.loader.iterate`) catches it and calls `StuckAtStart.restart`:
+epoch's iterator (`unstall.loader.workers.iterate`) catches it and calls `StuckAtStart.restart`:
 `DataLoader.start_epoch` with ``continues=`` (the resume mechanism the autotuner's pool
 change uses) continues the epoch from its next batch on a new pool; the batches the old
 pool had made are made again, with ``seed=`` from the same draws: none lost or repeated.
@@ -18,6 +18,8 @@ import logging
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from unstall.loader.workers import torch_iter
 
 #: A worker this old [s] that made no batch and used under `START_CPU_S` is stuck at start.
 START_S = 15.0
@@ -63,10 +65,10 @@ def check(
     ``it`` waits for is a worker's that is stuck at start (``made``: the workers a batch came
     from; ``proc``: the watchdog's /proc reader) and ``loader``'s epoch may still restart its
     pool (counted here). Raised, never bound to a name: no cycle keeps the loader alive."""
-    info = it._task_info.get(it._rcvd_idx, ())
+    info = torch_iter.task_info(it).get(torch_iter.waiting_for(it), ())  # type: ignore[arg-type]
     if len(info) != 1 or info[0] in made:
         return
-    pid = it._workers[info[0]].pid
+    pid = torch_iter.workers(it)[info[0]].pid
     letter, cpu, age = proc(pid, with_age=True)
     if letter in (None, "Z", "X") or cpu >= START_CPU_S or age < START_S:
         return

@@ -2,7 +2,7 @@
 no shared-memory name of a killed worker left behind.
 
 The one place unstall stops torch's iterator (the owner's finalizer and a pool change,
-`unstall.loader.worker_death`; the watchdog's stop, `unstall.loader.watchdog`).
+`unstall.loader.workers.worker_death`; the watchdog's stop, `unstall.loader.workers.watchdog`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import torch.multiprocessing
 
 from unstall import machine
+from unstall.loader.workers import torch_iter
 
 #: How long a shutdown waits for each index queue's feeder thread to end [seconds].
 FEEDER_EXIT_S = 2.0
@@ -30,13 +31,11 @@ def shutdown(it: Any) -> None:
     shutdown). Joining them, bounded (a feeder blocked on a full pipe whose reader died
     never ends), makes the shutdown whole when it returns.
     """
-    it._shutdown_workers()
-    for queue in getattr(it, "_index_queues", ()):
-        feeder = getattr(queue, "_thread", None)
-        if feeder is not None:
-            feeder.join(timeout=FEEDER_EXIT_S)
+    torch_iter.shutdown_workers(it)
+    for feeder in torch_iter.index_queue_feeders(it):
+        feeder.join(timeout=FEEDER_EXIT_S)
     if torch.multiprocessing.get_sharing_strategy() == "file_descriptor":
-        for worker in getattr(it, "_workers", ()):
+        for worker in torch_iter.workers(it):
             if worker.exitcode:  # killed (or failed): it may have died holding a name
                 _unlink_torch_names(worker.pid)
 

@@ -29,10 +29,9 @@ import weakref
 from typing import Any
 
 import torch
-import torch.utils.data.dataloader as torch_dataloader
 
-from unstall.loader import watchdog
-from unstall.loader.torch_shutdown import shutdown
+from unstall.loader.workers import torch_iter, watchdog
+from unstall.loader.workers.torch_shutdown import shutdown
 
 #: How long a lock may stay held before it counts as abandoned [seconds].
 STUCK_AFTER_S = 0.05
@@ -47,19 +46,16 @@ def release_stuck_locks(exc: BaseException) -> int:
     released, seen = 0, set()
     for frame, _ in traceback.walk_tb(exc.__traceback__):
         it = frame.f_locals.get("self")
-        if isinstance(it, torch_dataloader._BaseDataLoaderIter) and id(it) not in seen:
+        if torch_iter.is_torch_iter(it) and id(it) not in seen:
             seen.add(id(it))
             released += release_queue_locks(it)
     return released
 
 
-def release_queue_locks(torch_iter: Any) -> int:
-    """Free abandoned ``_notempty`` locks of ``torch_iter``'s index queues; how many."""
+def release_queue_locks(raw: Any) -> int:
+    """Free abandoned ``_notempty`` locks of torch iterator ``raw``'s index queues; how many."""
     released = 0
-    for queue in getattr(torch_iter, "_index_queues", ()):
-        cond = getattr(queue, "_notempty", None)
-        if cond is None:
-            continue
+    for cond in torch_iter.index_queue_locks(raw):
         if cond.acquire(timeout=STUCK_AFTER_S):
             cond.release()
             continue
@@ -119,19 +115,19 @@ def start_workers(inner: Any, loaded: dict[str, Any] | None = None) -> Any:
         inner.generator = own
 
 
-def owning_workers(epoch_iter: Any, torch_iter: Any, loader: Any) -> Any:
-    """``epoch_iter``, whose workers (``torch_iter``'s) stop when it goes, or, persistent
-    ones, when ``loader`` goes (`stop_workers_when_gone`)); their waits are watched
-    (`unstall.loader.watchdog`)."""
-    if getattr(torch_iter, "_workers", None):
-        watchdog.watch(torch_iter, loader)
-        persistent = getattr(torch_iter, "_persistent_workers", False)
-        stop_workers_when_gone(loader if persistent else epoch_iter, torch_iter)
+def owning_workers(epoch_iter: Any, raw: Any, loader: Any) -> Any:
+    """``epoch_iter``, whose workers (torch iterator ``raw``'s) stop when it goes, or,
+    persistent ones, when ``loader`` goes (`stop_workers_when_gone`)); their waits are
+    watched (`unstall.loader.workers.watchdog`)."""
+    if torch_iter.workers(raw):
+        watchdog.watch(raw, loader)
+        persistent = torch_iter.persistent(raw)
+        stop_workers_when_gone(loader if persistent else epoch_iter, raw)
     return epoch_iter
 
 
-def stop_workers_when_gone(owner: Any, torch_iter: Any) -> None:
-    """Shut ``torch_iter``'s workers down as soon as ``owner`` is freed, collector or not.
+def stop_workers_when_gone(owner: Any, raw: Any) -> None:
+    """Shut torch iterator ``raw``'s workers down as soon as ``owner`` is freed, collector or not.
 
     A torch iterator freed by the garbage collector (it sat in a reference cycle, e.g.
     through a kept exception's traceback) stops its workers only after the collector
@@ -141,26 +137,26 @@ def stop_workers_when_gone(owner: Any, torch_iter: Any) -> None:
     set: when ``owner`` goes, its shutdown runs with working queues. Only in the process
     that started the workers (a forked child's copy must not stop its parent's).
     """
-    if getattr(torch_iter, "_unstall_stopper", None) is not None:
+    if getattr(raw, "_unstall_stopper", None) is not None:
         return  # persistent workers: one finalizer for the iterator's whole life
-    stopper = weakref.finalize(owner, _shutdown, os.getpid(), torch_iter)
+    stopper = weakref.finalize(owner, _shutdown, os.getpid(), raw)
     stopper.atexit = False  # at exit torch's own handlers stop the workers
-    torch_iter._unstall_stopper = stopper
+    raw._unstall_stopper = stopper
 
 
-def _shutdown(pid: int, torch_iter: Any) -> None:
+def _shutdown(pid: int, raw: Any) -> None:
     if os.getpid() == pid:
-        torch_iter._unstall_stopper = None  # no cycle: the iterator goes by refcount now
-        shutdown(torch_iter)
+        raw._unstall_stopper = None  # no cycle: the iterator goes by refcount now
+        shutdown(raw)
 
 
-def stop_workers(torch_iter: Any) -> None:
-    """Shut ``torch_iter``'s workers down now (a pool change), its finalizer detached.
+def stop_workers(raw: Any) -> None:
+    """Shut torch iterator ``raw``'s workers down now (a pool change), its finalizer detached.
 
     torch forgets their pids first: their exits raise nothing in the loop.
     """
-    stopper = getattr(torch_iter, "_unstall_stopper", None)
+    stopper = getattr(raw, "_unstall_stopper", None)
     if stopper is not None:
         stopper.detach()
-        torch_iter._unstall_stopper = None
-    shutdown(torch_iter)
+        raw._unstall_stopper = None
+    shutdown(raw)

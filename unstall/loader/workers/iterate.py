@@ -25,8 +25,8 @@ from unstall.loader.failures import is_task_error, raise_if_failed
 from unstall.loader.handoff import SlotHandoff, unpack
 from unstall.loader.position import Cursor
 from unstall.loader.stats import CpuMeter, LoaderStats
-from unstall.loader.stuck_start import StuckAtStart
-from unstall.loader.worker_death import release_stuck_locks, retire_on_worker_death
+from unstall.loader.workers.stuck_start import StuckAtStart
+from unstall.loader.workers.worker_death import release_stuck_locks, retire_on_worker_death
 from unstall.models.batch import batch_size_of
 
 #: Iterators not yet garbage: `end_open_epochs` ends theirs at exit.

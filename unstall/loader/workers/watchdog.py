@@ -17,7 +17,7 @@ A worker stuck at start (issue 46: one forked while another thread of the parent
 lock, e.g. a gloo or queue feeder thread, never runs) is not waited out: once the batch the
 loop waits for is a worker's that is alive, used almost no CPU and made no batch some seconds
 after it started, its pool is stopped and the epoch goes on at the same batch on a new pool
-(`unstall.loader.stuck_start`), at most a few times an epoch; then the bound stands.
+(`unstall.loader.workers.stuck_start`), at most a few times an epoch; then the bound stands.
 
 The bound: ``DataLoader(watchdog_s=...)``, else ``$UNSTALL_WATCHDOG_S``, else `DEFAULT_S`;
 0 turns the watchdog off. Once batches have come, it is at least `SCALE` times the slowest
@@ -36,13 +36,10 @@ import time
 import weakref
 from typing import Any
 
-from torch.utils.data import _utils as torch_utils
-from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter as _MultiIter
-
 from unstall import machine
 from unstall.errors import UnstallError
-from unstall.loader import stuck_start
-from unstall.loader.torch_shutdown import shutdown
+from unstall.loader.workers import stuck_start, torch_iter
+from unstall.loader.workers.torch_shutdown import shutdown
 
 #: The bound when none is set [s]: a few minutes.
 DEFAULT_S = 300.0
@@ -101,48 +98,40 @@ _live: weakref.WeakSet[Any] = weakref.WeakSet()
 def started(inner: Any) -> Any:
     """``iter(inner)`` (torch's loader), each batch task's indices recorded from the first:
     torch sends ``prefetch_factor x num_workers`` tasks while its iterator is being made."""
-    if inner.num_workers == 0 or getattr(inner, "_iterator", None) is not None:
+    if inner.num_workers == 0 or torch_iter.running_iterator(inner) is not None:
         return iter(inner)  # no workers, or persistent ones (their iterator is recording)
-
-    def make() -> Any:
-        inner.check_worker_number_rationality()
-        it = _MultiIter.__new__(_MultiIter)
-        it._unstall_watch = w = _Watch(it)
-        it._next_index = w.next_index
-        _MultiIter.__init__(it, inner)
-        return it
-
-    inner._get_iterator = make
-    try:
-        return iter(inner)
-    finally:
-        del inner._get_iterator
+    return torch_iter.iter_prepared(inner, _record)
 
 
-def watch(torch_iter: Any, loader: Any) -> None:
-    """Watch ``torch_iter``'s waits for batches (a torch iterator with workers; idempotent),
+def _record(it: Any) -> None:
+    """Record the indices of each task ``it`` (a torch iterator) sends from now on."""
+    it._unstall_watch = w = _Watch(it)
+    torch_iter.wrap_next_index(it, w.next_index)
+
+
+def watch(raw: Any, loader: Any) -> None:
+    """Watch ``raw``'s waits for batches (a torch iterator with workers; idempotent),
     under ``loader``'s bound (`bound_s`)."""
-    if not getattr(torch_iter, "_workers", None):
+    if not torch_iter.workers(raw):
         return
-    w = vars(torch_iter).get("_unstall_watch")
-    if w is None:  # made by torch alone: tasks sent from now on are recorded
-        torch_iter._unstall_watch = w = _Watch(torch_iter)
-        torch_iter._next_index = w.next_index
+    if vars(raw).get("_unstall_watch") is None:  # made by torch alone: tasks sent from now on
+        _record(raw)
+    w = vars(raw)["_unstall_watch"]
     if w.loader() is not None:
         return
     w.loader = weakref.ref(loader) if loader is not None else w.loader
     w.bound = bound_s(loader)
-    _live.add(torch_iter)
+    _live.add(raw)
     if w.bound > 0:
-        torch_iter._try_get_data = w.try_get_data
+        torch_iter.wrap_try_get_data(raw, w.try_get_data)
 
 
 class _Watch:
     """One torch iterator's watch (see the module's docstring). Holds it and the loader weakly:
     the iterator must still be freed by reference count (`worker_death.stop_workers_when_gone`)."""
 
-    def __init__(self, torch_iter: Any):
-        self._iter = weakref.ref(torch_iter)
+    def __init__(self, raw: Any):
+        self._iter = weakref.ref(raw)
         self.pid = os.getpid()  # a forked worker's copy is not its to describe
         self.loader: Any = lambda: None
         self.bound = 0.0
@@ -157,19 +146,19 @@ class _Watch:
     # torch's methods, wrapped -------------------------------------------------
     def next_index(self) -> Any:
         it = self._iter()
-        index = type(it)._next_index(it)  # type: ignore[arg-type]
-        self.sent[it._send_idx] = index  # type: ignore[union-attr]
+        index = torch_iter.next_index_of(it)
+        self.sent[torch_iter.tasks_sent(it)] = index  # type: ignore[index]
         return index
 
-    def try_get_data(self, timeout: float = torch_utils.MP_STATUS_CHECK_INTERVAL) -> Any:
+    def try_get_data(self, timeout: float = torch_iter.STATUS_CHECK_S) -> Any:
         it = self._iter()
-        read = type(it)._try_get_data
         if not self._waiting:  # a new wait: the loop was away (training) until now
             self._waiting = True
             self._progress(it)
         deadline = time.monotonic() + timeout
         while True:
-            ok, data = read(it, min(POLL_S, max(0.0, deadline - time.monotonic())))
+            left = max(0.0, deadline - time.monotonic())
+            ok, data = torch_iter.try_get_data_of(it, min(POLL_S, left))
             if ok:
                 self._arrived(it, data)
                 return ok, data
@@ -182,7 +171,7 @@ class _Watch:
         self._waiting = False
         self.received += 1
         if isinstance(data, tuple) and len(data) == 2:
-            info = it._task_info.get(data[0])
+            info = torch_iter.task_info(it).get(data[0])
             if info:
                 self.made.add(info[0])
             self.sent.pop(data[0], None)
@@ -194,7 +183,8 @@ class _Watch:
     def _progress(self, it: Any) -> None:
         """Progress now: the wait's clock and each worker's CPU time start from here."""
         self._since = time.monotonic()
-        self._cpu = {w.pid: cpu for w in it._workers if (cpu := _proc(w.pid)[1]) is not None}
+        workers = torch_iter.workers(it)
+        self._cpu = {w.pid: cpu for w in workers if (cpu := _proc(w.pid)[1]) is not None}
 
     def limit(self) -> float:
         return max(self.bound, SCALE * self.slowest)
@@ -203,7 +193,7 @@ class _Watch:
         """Raise `LoaderStuckError` (workers stopped first) past the bound with no progress."""
         stuck_start.check(self.loader(), it, self.made, _proc, _stop_workers)  # may restart
         now = time.monotonic()
-        for w in it._workers:
+        for w in torch_iter.workers(it):
             cpu = _proc(w.pid)[1]
             if cpu is not None and cpu - self._cpu.setdefault(w.pid, cpu) >= CPU_STEP_S:
                 self._progress(it)
@@ -214,17 +204,16 @@ class _Watch:
         state = self.state(it, waited)
         message = render(state)
         _stop_workers(it)
-        inner = getattr(self.loader(), "_inner", None)
-        if getattr(inner, "_iterator", None) is it:  # persistent workers: the next iter()
-            inner._iterator = None  # starts a new pool
+        # persistent workers: the next iter() starts a new pool
+        torch_iter.forget_iterator(getattr(self.loader(), "_inner", None), it)
         raise LoaderStuckError(message, state)
 
     def state(self, it: Any, waited: float | None = None) -> dict[str, Any]:
         """What each part of this iterator is doing, as a dict (`render` writes it out)."""
-        info = getattr(it, "_task_info", {})
+        info = torch_iter.task_info(it)
         outstanding = sorted(i for i, v in info.items() if len(v) == 1)
         workers = []
-        for wid, w in enumerate(getattr(it, "_workers", [])):
+        for wid, w in enumerate(torch_iter.workers(it)):
             letter, cpu = _proc(w.pid)
             mine = [i for i in outstanding if info[i][0] == wid]
             workers.append(
@@ -233,7 +222,7 @@ class _Watch:
                     "pid": w.pid,
                     "state": _STATES.get(letter or "", letter or "gone"),
                     "cpu_s": None if cpu is None else round(cpu, 2),
-                    "active": bool(it._workers_status[wid]),
+                    "active": torch_iter.worker_active(it, wid),
                     "current_task": mine[0] if mine else None,
                     "queued": len(mine[1:]),
                 }
@@ -248,8 +237,8 @@ class _Watch:
             "dataset": type(getattr(loader, "dataset", None)).__name__,
             "waited_s": None if waited is None else round(waited, 1),
             "bound_s": round(self.limit(), 1),
-            "waiting_for": getattr(it, "_rcvd_idx", None),
-            "sent": getattr(it, "_send_idx", None),
+            "waiting_for": torch_iter.waiting_for(it),
+            "sent": torch_iter.tasks_sent(it),
             "received": self.received,
             "outstanding": [
                 {"task": i, "worker": info[i][0], "indices": _indices(self.sent.get(i))}
@@ -290,13 +279,11 @@ def _proc(pid: int | None, *, with_age: bool = False) -> Any:
 def _stop_workers(it: Any) -> None:
     """Kill ``it``'s workers (a stopped or stuck one answers nothing else) and shut torch's
     iterator down; torch forgets their pids first, so their deaths raise nothing."""
-    if getattr(it, "_worker_pids_set", False):
-        torch_utils.signal_handling._remove_worker_pids(id(it))
-        it._worker_pids_set = False
-    for w in it._workers:
+    torch_iter.forget_worker_pids(it)
+    for w in torch_iter.workers(it):
         with contextlib.suppress(ProcessLookupError, TypeError):
             os.kill(w.pid, signal.SIGKILL)
-    for w in it._workers:
+    for w in torch_iter.workers(it):
         w.join(timeout=5)
     with contextlib.suppress(Exception):  # the error to raise is the watchdog's
         shutdown(it)
@@ -351,7 +338,7 @@ def describe_all() -> str:
     parts = []
     for it in list(_live):
         w = vars(it).get("_unstall_watch")
-        if w is None or w.pid != os.getpid() or getattr(it, "_shutdown", False):
+        if w is None or w.pid != os.getpid() or torch_iter.is_shut_down(it):
             continue
         with contextlib.suppress(Exception):  # a report must never raise
             parts.append(render(w.state(it)))

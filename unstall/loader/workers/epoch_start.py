@@ -15,7 +15,9 @@ the iterator that owns them (`worker_death.owning_workers`). Three callers run i
 An iterable dataset's epoch (torch's own machinery) starts in `passthrough_epoch`.
 
 The starter holds the loader's parts (built once, `build.Machinery`) and reads only
-the loader's public attributes (``seed``, ``rank``, ``order``, ``device``).
+the loader's public attributes (``seed``, ``rank``, ``order``, ``device``); it writes none:
+the pool it sized (`EpochStarter.pool`) the loader takes into its own ``num_workers`` and
+``prefetch_factor``. torch's private names are read through `torch_iter`.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from typing import Any
 from unstall.loader.build import Machinery
 from unstall.loader.device import DeviceStage
 from unstall.loader.handoff import slots_for
-from unstall.loader.iterate import EpochIterator, PassthroughIterator
 from unstall.loader.position import EpochPosition
 from unstall.loader.sampling import worker_base_seed
 from unstall.loader.stats import CpuMeter, LoaderStats
-from unstall.loader.worker_death import owning_workers, start_workers, stop_workers
+from unstall.loader.workers import torch_iter
+from unstall.loader.workers.iterate import EpochIterator, PassthroughIterator
+from unstall.loader.workers.worker_death import owning_workers, start_workers, stop_workers
 
 
 class EpochStarter:
@@ -95,7 +98,7 @@ class EpochStarter:
         # the workers prefetch from now on; they stop when the epoch's iterator goes, even
         # in a garbage collection (`owning_workers`)
         raw = start_workers(m.torch_loader, loaded)
-        self._position.base_seed = getattr(raw, "_base_seed", None)
+        self._position.base_seed = torch_iter.base_seed(raw)
         source = self._receive(raw, cursor.epoch, cursor.handed)
         stage = None
         if loader.device is not None:  # batches go to the device one ahead
@@ -129,8 +132,8 @@ class EpochStarter:
         m = self._parts
         stop_workers(it.workers_iter)
         inner = m.torch_loader
-        if getattr(inner, "_iterator", None) is it.workers_iter:
-            inner._iterator = None  # persistent workers: the next iter() keeps the new pool
+        # persistent workers: the next iter() keeps the new pool
+        torch_iter.forget_iterator(inner, it.workers_iter)
         self._resize(workers, prefetch, retire=True)
         cursor, start = it.cursor, it.pulled
         draw, tail = getattr(m.sampler, "draw", None), getattr(m.sampler, "tail", None)
@@ -147,18 +150,23 @@ class EpochStarter:
         it.run_on(self._receive(raw, cursor.epoch, start), raw)
         return owning_workers(it, raw, self._loader())
 
+    @property
+    def pool(self) -> tuple[int, int | None]:
+        """The pool from the next start on: ``(num_workers, prefetch_factor)``."""
+        inner = self._parts.torch_loader
+        return inner.num_workers, inner.prefetch_factor
+
     def _resize(self, workers: int | None, prefetch: int | None, *, retire: bool = False) -> None:
         """The pool from now on: ``workers`` x ``prefetch`` (None: as it is); ``retire``:
         the running pool's slots never come back (its workers stopped): unlink them."""
         if workers is None and prefetch is None and not retire:
             return  # (with coordination torch's prefetch is not the loader's: keep both)
-        m, loader = self._parts, self._loader()
+        m = self._parts
         inner = m.torch_loader
         workers = inner.num_workers if workers is None else workers
         prefetch = inner.prefetch_factor if prefetch is None else prefetch
         changed = (workers, prefetch) != (inner.num_workers, inner.prefetch_factor)
         inner.num_workers, inner.prefetch_factor = workers, prefetch
-        loader.num_workers, loader.prefetch_factor = workers, prefetch
         if getattr(m.sampler, "lookahead", 0) > 0 and changed:
             m.sampler.lookahead = workers  # type: ignore[union-attr]
         if m.handoff is not None and (retire or changed):
@@ -177,11 +185,6 @@ class EpochStarter:
 
 def passthrough_epoch(loader: Any, inner: Any, stats: LoaderStats) -> PassthroughIterator:
     """An iterable dataset's epoch on torch's loader ``inner``, its workers started."""
-    asked = inner._IterableDataset_len_called  # torch warns past a length asked
-    try:  # an iterable dataset with __len__ has a length (torch's estimate)
-        length: int | None = len(inner)
-    except TypeError:
-        length = None
-    inner._IterableDataset_len_called = asked  # only the user's len() counts
+    length = torch_iter.length_unasked(inner)  # only the user's len() counts (torch warns)
     raw = start_workers(inner)
     return owning_workers(PassthroughIterator(loader, raw, stats, length), raw, loader)
