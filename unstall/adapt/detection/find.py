@@ -63,7 +63,7 @@ def _pipeline_attr(dataset: Any) -> tuple[str | None, str]:
     cls = type(dataset)
     if any(c.__name__ == "VisionDatasetTVTensorWrapper" for c in cls.__mro__):
         # wrap_dataset_for_transforms_v2: a class made per dataset class, "Wrapped<Name>"
-        inner = type(getattr(dataset, "_dataset", dataset)).__name__
+        inner = cls.__name__.removeprefix("Wrapped")
         return ("transforms" if dataset.transforms is not None else None), inner
     vision = _torchvision_class("torchvision.datasets.vision", "VisionDataset")
     folder = _torchvision_class("torchvision.datasets.folder", "DatasetFolder")
