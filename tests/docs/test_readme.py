@@ -23,7 +23,7 @@ MAX_LINES = 150
 #: (term, a pattern of its use, a pattern of the sentence that defines it). The README may
 #: leave a term out; where it uses one, the first use is in or after its definition.
 TERMS = [
-    ("data stall", r"data stall", r"\*\*data stalls\*\* in PyTorch training: the time your GPU waits"),
+    ("data stall", r"data stall", r"\*\*data stalls\*\* in PyTorch training: the time your GPU"),
     ("G", r"\bG\b", r"the model's own rate, called \*\*G\*\*"),
     ("prep", r"\bprep\b", r"\*prep\*: decoding and augmenting"),
     ("fetch", r"\bfetch\b", r"\*fetch\*: reading from storage"),
@@ -120,10 +120,11 @@ def test_the_test_command_cannot_reuse_a_torch_that_does_not_match_its_torchvisi
     # CI runs the same steps, in the same order
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     expected = [s.replace("pip --isolated install ", "pip --isolated install -q ") for s in test]
-    expected = [s.replace('pip install -e ".[test]"', 'pip install -q -e ".[test]"') for s in expected]
+    quiet = 'pip install -q -e ".[test]"'
+    expected = [s.replace('pip install -e ".[test]"', quiet) for s in expected]
     expected = [s.replace(". .venv-dev/bin/activate", f". {venv}/bin/activate") for s in expected]
     at = [_ci_line(ci, s) for s in expected]
-    assert at == sorted(at), list(zip(expected, at))
+    assert at == sorted(at), list(zip(expected, at, strict=True))
 
 
 def test_getting_started_installs_as_the_readme_does():

@@ -1,0 +1,229 @@
+"""Make the docs' reference tables from the code and the bench JSON, so they cannot drift.
+
+Writes ``docs/generated/``:
+
+- ``torchvision-ops.md``: the torchvision operations `prep="lean"` (and the GPU stage) take,
+  from the recognizer's own table (`unstall.adapt.recognize`);
+- ``remedies.md``: "which remedy when", each remedy's measured row read from
+  ``docs/bench/NAME.json`` (the ratio the bench printed), never typed;
+- ``benches.md``: every bench of `unstall bench` (`unstall.bench.registry`).
+
+``docs/gen_tables.py`` calls `outputs` and writes these with its own tables (one command:
+``python docs/gen_tables.py``; ``--check`` fails when one is out of date).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+if str(DOCS.parent) not in sys.path:  # this checkout's unstall, run from anywhere
+    sys.path.insert(0, str(DOCS.parent))
+GENERATED = DOCS / "generated"
+BENCH = DOCS / "bench"
+
+#: (what the report names, your data or script, remedy, config line, what it needs, bench
+#: file stem, the bench's row it is measured by). `None` for "no measured row".
+REMEDIES: list[tuple[str, str, str, str, str, str | None, str]] = [
+    (
+        "compute",
+        "any",
+        "none: loading is not what limits the job",
+        "-",
+        "-",
+        None,
+        "",
+    ),
+    (
+        "fetch",
+        "a `Dataset` that lists its files and reads them with Python's `open` (torchvision "
+        "`ImageFolder`, `PIL.Image.open(path)`, `torch.load`, `np.load`)",
+        "cache of the files in shared memory, shared by every worker and job of the machine",
+        '`{"kwargs": {"cache": 0.5}}`',
+        "memory (`/dev/shm`) for the cached share; the report prices the size",
+        "filecache",
+        "epoch 2, cache of half the files, slow storage",
+    ),
+    (
+        "fetch",
+        "`unstall.ImageFolder` or shards, local or `s3://`",
+        "the same cache, on unstall's own datasets",
+        '`{"kwargs": {"cache": "16GiB"}}`',
+        "memory (`/dev/shm`); a disk tier is on by default for remote data",
+        "cache",
+        "cache of half the dataset, shuffled, from epoch 2",
+    ),
+    (
+        "fetch",
+        "object storage with high latency",
+        "unstall's own datasets on `s3://`: many requests in flight",
+        '`unstall.ImageFolder("s3://bucket/train")` (in code)',
+        "network; S3 credentials",
+        "s3",
+        "20 ms latency, fetch only",
+    ),
+    (
+        "fetch",
+        "several nodes, a dataset larger than one node's cache",
+        "a cache partitioned over the nodes",
+        '`cache=unstall.Cache("64GiB", peers=unstall.Peers())` (in code)',
+        "`torchrun` over the nodes; each node's peer port reachable",
+        "distributed",
+        "4 nodes, dataset 2x a node's cache",
+    ),
+    (
+        "prep",
+        "a torchvision `ImageFolder` of JPEGs with a transform unstall recognizes",
+        "lean: unstall's own decode and augment, uint8 batches",
+        '`{"kwargs": {"prep": "lean"}}`',
+        "CPU cores (fewer than before); normalization on the GPU where there is one",
+        "torchvision",
+        "the unchanged script under the analyzer's config",
+    ),
+    (
+        "prep",
+        "the same, with `RandomResizedCrop` (+ flip) to float, on a CUDA machine",
+        "GPU decode, or split between CPU and GPU",
+        '`{"kwargs": {"prep": "hybrid"}}` (or `"gpu"`, `"auto"`)',
+        "a CUDA GPU; the `dali` extra (or `dali-cu12`)",
+        "train-resnet18",
+        "ResNet-18 on a GPU (see the `train` rows)",
+    ),
+    (
+        "prep",
+        "any map-style `Dataset` (audio, text, video, your own augmentation) with idle cores",
+        "more workers, tuned while the job runs",
+        '`{"kwargs": {"num_workers": "auto"}}`',
+        "idle CPU cores",
+        "autotune",
+        "against the best fixed `num_workers`",
+    ),
+    (
+        "prep",
+        "any map-style `Dataset` that can be pickled, with every local core busy",
+        "remote workers: Ray actors on CPU machines",
+        '`{"kwargs": {"seed": 0, "remote": {"address": "HEAD:6379", "workers": 32}}}`',
+        "a Ray cluster of CPU nodes; the `ray` extra",
+        "remote",
+        "2 local workers + 4 Ray actors",
+    ),
+    (
+        "prep",
+        "K jobs of a sweep on one node, same data and pipeline",
+        "prepare each batch once for all K",
+        '`{"kwargs": {"seed": 0, "coordinate": true}}`',
+        "the jobs on one node",
+        "hpsearch",
+        "4 sweep jobs, aggregate",
+    ),
+]
+
+
+def remedies_table(bench: Path = BENCH) -> str:
+    rows = [
+        "| the report names | your data or script | remedy | config line | needs | measured |",
+        "|---|---|---|---|---|---|",
+    ]
+    for limit, data, remedy, config, needs, stem, what in REMEDIES:
+        measured = "not measured" if what else "-"
+        if stem is not None:
+            path = bench / f"{stem}.json"
+            name = stem.split("-")[0]
+            if path.is_file():
+                ratio = json.loads(path.read_text())["result"].get("ratio")
+                measured = f"[`{name}`](benchmarks.md#{name}): {float(ratio):.2f}x ({what})"
+            else:
+                measured = f"[`{name}`](benchmarks.md#{name}): no run committed"
+        rows.append(f"| {limit} | {data} | {remedy} | {config} | {needs} | {measured} |")
+    return "\n".join(rows) + "\n"
+
+
+def ops_table() -> str:
+    """The torchvision operations the recognizer takes, from its own table."""
+    from unstall.adapt.recognize import GEOMETRIC_OPS, TENSOR_OPS
+
+    rows = ["| torchvision operation | kind |", "|---|---|"]
+    rows += [f"| `{name}` | geometric (on uint8) |" for name in GEOMETRIC_OPS]
+    rows += [
+        f"| `{name}` | makes the tensor: uint8 until the batch is made, then float32 "
+        "(0-1, normalized) |"
+        for name in TENSOR_OPS
+    ]
+    return "\n".join(rows) + "\n"
+
+
+def benches_list() -> str:
+    from unstall.bench.registry import BENCHMARKS
+
+    return ", ".join(f"[`{n}`](benchmarks.md#{n})" for n in BENCHMARKS) + "\n"
+
+
+#: The peers the comparison page measures against, as the headline table names them.
+PEERS = ("Mosaic Streaming", "webdataset")
+#: DALI's own pipeline against unstall's best variant, from `unstall bench train`'s runs.
+DALI = "DALI (own pipeline)"
+
+
+def measured_against_peers(headline_rows: list[tuple[str, ...]], bench: Path = BENCH) -> str:
+    """The rows where unstall was measured against a peer project, in the same run: the
+    headline table's (`shards`) and `unstall bench train`'s DALI rows (share of G)."""
+    rows = [
+        "| peer | bench | what is compared | theirs | unstall | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for bench_name, what, peer, theirs, ours, ratio in headline_rows:
+        if peer in PEERS:
+            link = f"[`{bench_name}`](benchmarks.md#{bench_name})"
+            rows.append(f"| {peer} | {link} | {what} | {theirs} | {ours} | {ratio} |")
+    for path in sorted(bench.glob("train-*.json")):
+        run = json.loads(path.read_text())
+        res = run["result"]
+        variants = res.get("variants", {})
+        if DALI not in variants:
+            continue
+        name, best = max(
+            ((k, v) for k, v in variants.items() if k.startswith("unstall")),
+            key=lambda kv: kv[1]["fraction_of_G"],
+        )
+        theirs, ours = variants[DALI]["fraction_of_G"], best["fraction_of_G"]
+        what = (
+            f"{res['model']} training on {res.get('device', run['machine'])}, share of the "
+            f"model's own rate G (unstall: {name})"
+        )
+        rows.append(
+            f"| DALI | [`train`](benchmarks.md#train) | {what} | {theirs:.2f} | {ours:.2f} "
+            f"| {ours / theirs:.2f}x |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def train_goals() -> str:
+    """`unstall bench train`'s goals, from its code: the one statement of them."""
+    from unstall.bench import train
+
+    models = sorted(train.GOAL_FRACTION)
+    share = ", ".join(f"{m} {train.GOAL_FRACTION[m]:.2f}" for m in models)
+    vs_torch = ", ".join(f"{m} {train.GOAL_RATIO[m]:.1f}x" for m in sorted(train.GOAL_RATIO))
+    vs_dali = ", ".join(f"{m} {train.GOAL_VS_DALI[m]:.2f}x" for m in sorted(train.GOAL_VS_DALI))
+    return (
+        "| goal of `unstall bench train` (one GPU, 16 cores; `unstall/bench/train.py`) | |\n"
+        "|---|---|\n"
+        f"| unstall's best variant, share of the model's own rate G | {share} |\n"
+        f"| unstall's best variant over torch's loader | {vs_torch} |\n"
+        f"| unstall's best variant over DALI's own pipeline | {vs_dali} |\n"
+        f"| the training loop thread's CPU per batch, every unstall variant | "
+        f"at most {train.GOAL_MAIN_CPU_MS:g} ms |\n"
+    )
+
+
+def outputs(headline_rows: list[tuple[str, ...]]) -> dict[Path, str]:
+    """Every file this module writes, with its content (``headline_rows``: gen_tables's)."""
+    return {
+        GENERATED / "peers-measured.md": measured_against_peers(headline_rows),
+        GENERATED / "remedies.md": remedies_table(),
+        GENERATED / "train-goals.md": train_goals(),
+        GENERATED / "torchvision-ops.md": ops_table(),
+        GENERATED / "benches.md": benches_list(),
+    }
