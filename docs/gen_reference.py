@@ -218,12 +218,46 @@ def train_goals() -> str:
     )
 
 
+#: `unstall bench torchvision`'s committed runs, in the order the guide tells them
+TORCHVISION_RUNS = ("idle1", "idle2", "", "run1", "run2", "run3")
+
+
+def torchvision_runs(bench: Path = BENCH) -> str:
+    """One row per committed run of `unstall bench torchvision`: the load other processes put
+    on the machine, both sides' medians, the pairs' ratios and the two ways to sum them up."""
+    import statistics
+
+    rows = [
+        "| run | others' cores | as is (median) | under the config (median) | pairs' ratios "
+        "| median pair | ratio of the medians |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for variant in TORCHVISION_RUNS:
+        stem = f"torchvision-{variant}" if variant else "torchvision"
+        path = bench / f"{stem}.json"
+        if not path.is_file():
+            continue
+        res = json.loads(path.read_text())["result"]
+        others = res.get("others_cores", {})
+        load = statistics.median([*others.get("as_is", []), *others.get("applied", [])])
+        name = f"`{variant}`" if variant else "`torchvision` (the headline)"
+        ratio = f"{res['ratio']:.2f}x"
+        rows.append(
+            f"| {name} | {load:.2f} | {res['baseline']['samples_per_s']:,.0f}/s "
+            f"| {res['unstall']['samples_per_s']:,.0f}/s "
+            f"| {', '.join(f'{r:.2f}' for r in res['pair_ratios'])} "
+            f"| {f'**{ratio}**' if not variant else ratio} | {res['ratio_of_medians']:.2f}x |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 def outputs(headline_rows: list[tuple[str, ...]]) -> dict[Path, str]:
     """Every file this module writes, with its content (``headline_rows``: gen_tables's)."""
     return {
         GENERATED / "peers-measured.md": measured_against_peers(headline_rows),
         GENERATED / "remedies.md": remedies_table(),
         GENERATED / "train-goals.md": train_goals(),
+        GENERATED / "torchvision-runs.md": torchvision_runs(),
         GENERATED / "torchvision-ops.md": ops_table(),
         GENERATED / "benches.md": benches_list(),
     }

@@ -174,3 +174,43 @@ def test_the_issue_check_can_fail():
         assert ISSUE.search(text), text
     for text in ("ray#13407 reports hangs", "DALI#5362", "validation (#1: the check"):
         assert not ISSUE.search(text), text
+
+
+def test_every_guide_is_in_the_guide_lists_and_the_nav():
+    guides = sorted(p.relative_to(DOCS).as_posix() for p in (DOCS / "guide").glob("*.md"))
+    index = (DOCS / "index.md").read_text()
+    start = (DOCS / "getting-started.md").read_text()
+    nav = (ROOT / "mkdocs.yml").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for guide in guides:
+        assert f"]({guide})" in index, f"docs/index.md's guide table misses {guide}"
+        assert f"]({guide})" in start, f"docs/getting-started.md's guide list misses {guide}"
+        assert f": {guide}\n" in nav, f"mkdocs.yml's nav misses {guide}"
+        assert f"](docs/{guide})" in readme, f"README.md misses {guide}"
+
+
+def test_the_generated_op_list_is_what_the_recognizer_takes():
+    """Each operation the supported-data page lists is taken by `parse_transform`, and one
+    it does not list is refused with the line the loader prints."""
+    v2 = pytest.importorskip("torchvision.transforms.v2")
+    import torch
+
+    from unstall.adapt.recognize import GEOMETRIC_OPS, TENSOR_OPS, Refusal, parse_transform
+
+    page = (DOCS / "generated" / "torchvision-ops.md").read_text()
+    listed = re.findall(r"^\| `(\w+)` \|", page, flags=re.M)
+    assert listed == [*GEOMETRIC_OPS, *TENSOR_OPS]
+    made = {
+        "RandomResizedCrop": v2.RandomResizedCrop(32),
+        "Resize": v2.Resize(32),
+        "CenterCrop": v2.CenterCrop(32),
+        "RandomCrop": v2.RandomCrop(32),
+        "RandomHorizontalFlip": v2.RandomHorizontalFlip(),
+    }
+    assert set(made) == set(GEOMETRIC_OPS)
+    tail = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5] * 3, [0.2] * 3)]
+    for name, op in made.items():
+        parsed = parse_transform(v2.Compose([op, *tail]))
+        assert not isinstance(parsed, Refusal), (name, parsed)
+    refused = parse_transform(v2.Compose([v2.ColorJitter(0.1), *tail]))
+    assert isinstance(refused, Refusal) and "ColorJitter" in refused.reason

@@ -206,3 +206,56 @@ def test_readme_links_point_at_pages_and_headings_that_exist():
             headings = re.findall(r"^#+ (.+)$", target.read_text(), flags=re.M)
             slugs = {re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-") for h in headings}
             assert anchor in slugs, (link, sorted(slugs))
+
+
+#: the newcomer's pages, what each must show (text of the rendered page), and whether the
+#: report picture is on it
+NEW_PAGES = {
+    "remedies/": (["the report names", "prep=", "Ray cluster", "filecache"], False),
+    "supported/": (["RandomResizedCrop", "Normalize", "cache not applied to", "JPEG"], False),
+    "faq/": (["IterableDataset", "macOS", "validation", "__getitem__"], False),
+    "comparison/": (
+        ["DALI", "FFCV", "Mosaic Streaming", "webdataset", "LitData", "Ray Data"],
+        False,
+    ),
+    "report-walkthrough/": (["Prep-bound", "The three rates", "coordinate"], True),
+    "changelog/": (["2026-11-23", "Unreleased"], False),
+}
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NOT_INSTALLED)
+@needs_mkdocs
+@pytest.mark.parametrize("page", sorted(NEW_PAGES))
+def test_new_pages_render_in_headless_chromium(site, page, tmp_path_factory):
+    """Each page renders (a screenshot, kept in the test's folder and printed), served whole,
+    with its text in the rendered DOM and the report picture where it belongs."""
+    words, picture = NEW_PAGES[page]
+    served, url = _serve(site)
+    out = tmp_path_factory.mktemp("shots")
+    shot = out / (page.strip("/") + ".png")
+    common = ["--window-size=1280,2200", "--virtual-time-budget=5000", url + page]
+    subprocess.run(
+        [*chromium_flags(out, "--hide-scrollbars"), f"--screenshot={shot}", *common],
+        check=True,
+        timeout=90,
+        capture_output=True,
+    )
+    dom = subprocess.run(
+        [*chromium_flags(out), "--dump-dom", *common],
+        check=True,
+        timeout=90,
+        capture_output=True,
+        text=True,
+    ).stdout
+    print(f"screenshot: {shot}")
+    assert ("/" + page, 200) in served, served
+    assert not [s for s in served if s[1] >= 400], served
+    text = html_lib.unescape(re.sub(r"<[^>]+>", " ", dom))
+    for word in words:
+        assert word in text, (page, word)
+    assert "--8&lt;--" not in dom and "--8<--" not in text  # every include expanded
+    image = np.asarray(Image.open(shot).convert("RGB"))
+    assert image.shape[0] >= 1000 and image.std() > 20
+    if picture:
+        assert ("/analyze-report.png", 200) in served, served
+        assert _plot_pixels(shot) > 0.002

@@ -45,7 +45,7 @@ def term(signum, frame):
     # signals, and that can be inside print("ready")'s flush, after its write() and with the
     # buffer's lock held; a print here then fails with "RuntimeError: reentrant call inside
     # <_io.BufferedWriter name='<stdout>'>" and the script exits 1, unstall or not
-    os.write(1, b"got SIGTERM\n")
+    os.write(1, b"got SIGTERM\\n")
     sys.exit(6)
 
 signal.signal(signal.SIGTERM, term)
