@@ -211,7 +211,7 @@ def test_readme_links_point_at_pages_and_headings_that_exist():
 #: the newcomer's pages, what each must show (text of the rendered page), and whether the
 #: report picture is on it
 NEW_PAGES = {
-    "remedies/": (["the report names", "prep=", "Ray cluster", "filecache"], False),
+    "remedies/": (["the report names", '"prep": "lean"', "Ray cluster", "filecache"], False),
     "supported/": (["RandomResizedCrop", "Normalize", "cache not applied to", "JPEG"], False),
     "faq/": (["IterableDataset", "macOS", "validation", "__getitem__"], False),
     "comparison/": (
