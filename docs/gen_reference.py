@@ -257,6 +257,54 @@ def torchvision_runs(bench: Path = BENCH) -> str:
     return "\n".join(rows) + "\n"
 
 
+#: `unstall bench autotune`'s jobs, as the guide names them
+AUTOTUNE_JOBS = {
+    "prep_bound": "prep-bound, asked 8 x 4",
+    "compute_bound": "compute-bound",
+    "fetch_bound_s3": "S3 at 20 ms",
+    "cost_doubles": "cost doubles half way",
+    "two_ranks": "two ranks, one node",
+}
+
+
+def _setting(value: object, inflight: object = None) -> str:
+    """A pool setting as words: ``2w_128inflight`` -> "2 workers x 128 in flight"."""
+    if isinstance(value, list):
+        return " + ".join(str(v) for v in value)
+    text = str(value)
+    if "w_" in text:
+        workers, flight = text.split("w_")
+        return f"{workers} workers x {flight.removesuffix('inflight')} in flight"
+    return f"{text} x {inflight} in flight" if inflight else text
+
+
+def autotune_summary(bench: Path = BENCH) -> str:
+    """Per job of the committed `unstall bench autotune` run: the best fixed setting, what
+    `num_workers="auto"` settled on, and the rate and CPU ratios."""
+    path = bench / "autotune.json"
+    if not path.is_file():
+        return "*No run of `unstall bench autotune` is committed.*\n"
+    res = json.loads(path.read_text())["result"]
+    rate = {(r["case"], r["loader"]): r["samples_per_s"] for r in res["rows"]}
+    rows = [
+        "| job | best fixed setting (samples/s) | auto settled on (samples/s) | rate ratio "
+        "| CPU ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for job, name in AUTOTUNE_JOBS.items():
+        summary = res["jobs_summary"].get(job)
+        if summary is None:
+            continue
+        best, auto = summary["best_fixed"], rate[(job, "auto")]
+        settled = _setting(summary["settled_on"], summary.get("settled_inflight"))
+        rows.append(
+            f"| {name} | {_setting(best)} ({rate[(job, str(best))]:,.0f}/s) "
+            f"| {settled} ({auto:,.0f}/s) | {summary['ratio']:.3f} "
+            f"| {summary['cpu_ratio']:.3f} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 def outputs(headline_rows: list[tuple[str, ...]]) -> dict[Path, str]:
     """Every file this module writes, with its content (``headline_rows``: gen_tables's)."""
     return {
@@ -264,6 +312,7 @@ def outputs(headline_rows: list[tuple[str, ...]]) -> dict[Path, str]:
         GENERATED / "remedies.md": remedies_table(headline_rows),
         GENERATED / "train-goals.md": train_goals(),
         GENERATED / "torchvision-runs.md": torchvision_runs(),
+        GENERATED / "autotune-summary.md": autotune_summary(),
         GENERATED / "torchvision-ops.md": ops_table(),
         GENERATED / "benches.md": benches_list(),
     }
