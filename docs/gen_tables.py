@@ -400,7 +400,9 @@ def headline(runs: dict[str, dict]) -> str:
     by_machine: dict[str, list[str]] = {}
     for name in HEADLINE:
         if name in runs:
-            by_machine.setdefault(runs[name]["machine"], []).append(f"`{name}`")
+            torch = runs[name]["result"].get("machine", {}).get("torch")
+            where = runs[name]["machine"] + (f", torch {torch}" if torch else "")
+            by_machine.setdefault(where, []).append(f"`{name}`")
     where = "; ".join(f"{', '.join(names)} on a {m}" for m, names in by_machine.items())
     head = ["bench", "what is compared", "against", "their figure", "unstall", "ratio"]
     out = [
