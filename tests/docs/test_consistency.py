@@ -80,11 +80,12 @@ def test_every_bench_is_listed():
     every_bench = (DOCS / "benchmarks.md").read_text()
     table = every_bench[every_bench.index("## Every bench") :].split("\n## ")[0]
     commands = (DOCS / "commands.md").read_text()
-    gen = (DOCS / "gen_tables.py").read_text()
-    for name in BENCHMARKS:
-        assert f"[`{name}`](#{name})" in table, f"docs/benchmarks.md's table misses {name}"
-        assert f"\n## {name}\n" in every_bench, f"docs/benchmarks.md has no section {name}"
-        assert f'"{name}",' in gen, f"docs/gen_tables.py's BENCHES misses {name}"
+    lists = {
+        "docs/benchmarks.md's table": (table, "[`{}`](#{})"),
+        "docs/benchmarks.md's sections": (every_bench, "\n## {}\n"),
+        "docs/gen_tables.py's BENCHES": ((DOCS / "gen_tables.py").read_text(), '"{}",'),
+    }
+    assert not _missing(BENCHMARKS, lists)
     # commands.md lists them by including the list generated from the registry
     assert '--8<-- "generated/benches.md"' in commands
     listed = re.findall(r"\[`(\w+)`\]", (DOCS / "generated" / "benches.md").read_text())
@@ -178,15 +179,24 @@ def test_the_issue_check_can_fail():
 
 def test_every_guide_is_in_the_guide_lists_and_the_nav():
     guides = sorted(p.relative_to(DOCS).as_posix() for p in (DOCS / "guide").glob("*.md"))
-    index = (DOCS / "index.md").read_text()
-    start = (DOCS / "getting-started.md").read_text()
-    nav = (ROOT / "mkdocs.yml").read_text()
-    readme = (ROOT / "README.md").read_text()
-    for guide in guides:
-        assert f"]({guide})" in index, f"docs/index.md's guide table misses {guide}"
-        assert f"]({guide})" in start, f"docs/getting-started.md's guide list misses {guide}"
-        assert f": {guide}\n" in nav, f"mkdocs.yml's nav misses {guide}"
-        assert f"](docs/{guide})" in readme, f"README.md misses {guide}"
+    lists = {
+        "docs/index.md's guide table": ((DOCS / "index.md").read_text(), "]({})"),
+        "docs/getting-started.md": ((DOCS / "getting-started.md").read_text(), "]({})"),
+        "mkdocs.yml's nav": ((ROOT / "mkdocs.yml").read_text(), ": {}\n"),
+        "README.md": ((ROOT / "README.md").read_text(), "](docs/{})"),
+    }
+    assert not _missing(guides, lists)
+
+
+def _missing(names: Any, lists: dict[str, tuple[str, str]]) -> list[str]:
+    """``"LIST misses NAME"`` for each name whose entry (the list's pattern, ``{}`` the name)
+    is not in the list's text."""
+    return [
+        f"{where} misses {name}"
+        for where, (text, entry) in lists.items()
+        for name in names
+        if entry.format(*[name] * entry.count("{}")) not in text
+    ]
 
 
 def test_the_generated_op_list_is_what_the_recognizer_takes():
