@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, str] = {
     "autotune": "unstall.bench.autotune",
     "torchvision": "unstall.bench.torchvision",
     "remote": "unstall.bench.remote",
+    "cachepoints": "unstall.bench.cachepoints",
 }
 
 #: The SeaweedFS ``weed`` binary (the S3 server the benchmarks run on 127.0.0.1).
