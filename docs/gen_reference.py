@@ -84,6 +84,26 @@ REMEDIES: list[tuple[str, str, str, str, str, str | None, str]] = [
     ),
     (
         "prep",
+        "a deterministic preparation (a validation pass, audio decoded and resampled, "
+        "features), any map-style `Dataset`",
+        "cache the prepared samples whole (checked deterministic first)",
+        '`{"kwargs": {"cache": {"size": "8GiB", "hold": "samples"}}}`',
+        "memory for the prepared samples",
+        "cachepoints",
+        "a validation pass from its second on",
+    ),
+    (
+        "prep",
+        "a torchvision `ImageFolder` training with `RandomResizedCrop`, a cache too small for "
+        "every decoded image",
+        "cache decoded images for part of the dataset, bytes for the rest",
+        '`{"kwargs": {"cache": {"size": "8GiB", "hold": "auto"}}}`',
+        "memory; the decoded share follows the size",
+        None,
+        "",
+    ),
+    (
+        "prep",
         "the same, with `RandomResizedCrop` (+ flip) to float, on a CUDA machine",
         "GPU decode, or split between CPU and GPU",
         '`{"kwargs": {"prep": "hybrid"}}` (or `"gpu"`, `"auto"`)',
