@@ -205,3 +205,17 @@ def _backend() -> str:
     import torchvision
 
     return str(torchvision.get_image_backend())
+
+
+#: The torchvision operations `parse_transform` takes, by class name: the geometric ones (run
+#: on uint8, in the script's order), then those that make the tensor. The docs' "supported data
+#: and operations" page is generated from these (docs/gen_reference.py).
+GEOMETRIC_OPS: tuple[str, ...] = tuple(_GEOMETRIC)
+TENSOR_OPS: tuple[str, ...] = (
+    "ToTensor",
+    "PILToTensor",
+    "ToImage",
+    "ToDtype",
+    "ConvertImageDtype",
+    "Normalize",
+)

@@ -367,7 +367,7 @@ def _result(
             "windows before len() is known); unstall tar indexed: the index beside the "
             "shards (`unstall index`, its time in datasets.*.index_s), read by a node with an "
             "empty cache directory",
-            "goals (issue 37): first batch <= 2x webdataset's, epoch 1 >= 1.2x webdataset and "
+            "goals: first batch <= 2x webdataset's, epoch 1 >= 1.2x webdataset and "
             ">= 1.5x Mosaic, epoch 2 >= 3x webdataset, first batch at 2x size <= 1.2x",
             *checks,
         ],
