@@ -226,13 +226,15 @@ def _pool(workers: int, jobs: int) -> contextlib.AbstractContextManager[Pool | N
 
 
 @contextlib.contextmanager
-def _progress(enabled: bool, *, total: int) -> Iterator[Callable[[int], object]]:
-    """A rich progress bar (or nothing), yielding ``advance(n)``."""
+def _progress(
+    enabled: bool, *, total: int, what: str = "images"
+) -> Iterator[Callable[[int], object]]:
+    """A rich progress bar ("writing <what>") or nothing, yielding ``advance(n)``."""
     if not enabled or total == 0:
         yield lambda n: None
         return
     from rich.progress import Progress
 
     with Progress() as bar:
-        task = bar.add_task("writing images", total=total)
+        task = bar.add_task(f"writing {what}", total=total)
         yield lambda n: bar.update(task, advance=n)
