@@ -24,6 +24,9 @@ from unstall.cache.shm.keep import keep_seconds
 from unstall.cache.tiered import TieredLayer
 from unstall.stores.base import missing_method
 
+#: What a cache can hold per sample (``Cache(hold=...)``).
+HOLDS = ("bytes", "decoded", "samples", "auto")
+
 
 class Cache:
     """Raw bytes of a dataset's samples in shared memory, and optionally on local disk below it.
@@ -49,6 +52,15 @@ class Cache:
             job hits from its first epoch [Unit: second]; default
             ``$UNSTALL_CACHE_KEEP_S``, else 3600; 0 removes it at once. Kept segments
             are released earlier when memory is short (`unstall.cache.shm.keep`).
+        hold: what the cache holds per sample: ``"bytes"`` (the default: raw bytes, so
+            augmentations stay fresh), ``"samples"`` (what ``dataset[i]`` returns, for a
+            deterministic preparation: `unstall.cache.points.samples`), ``"decoded"``
+            (a recognized image dataset's decoded, deterministically resized images)
+            or ``"auto"`` (the best of these per sample under the one budget:
+            `unstall.cache.points`).
+        deterministic: for ``hold`` other than bytes: None (default) checks that the
+            preparation is deterministic on the job's own samples; True declares it (no
+            check); False never caches prepared samples.
 
     ``bind(dataset)`` (called by `unstall.DataLoader`) maps the segment, creating it
     if no process on the node has, and switches local stores to reading around
@@ -75,6 +87,8 @@ class Cache:
         name: str | None = None,
         peers: Any = None,
         keep: float | None = None,
+        hold: str = "bytes",
+        deterministic: bool | None = None,
     ):
         if capacity is not None and ram is not None:
             raise ValueError(
@@ -94,17 +108,25 @@ class Cache:
         self.name = name
         self.peers = peers  # e.g. unstall.Peers(): a cache partitioned across nodes
         self.keep = keep if keep is None else keep_seconds(keep)  # None: the env at bind
+        if hold not in HOLDS:
+            raise ValueError(f"hold={hold!r} is unknown; use one of {list(HOLDS)}")
+        if deterministic not in (None, True, False):
+            raise ValueError(f"deterministic={deterministic!r} must be True, False or None")
+        self.hold = hold
+        self.deterministic = deterministic
         self._layers: list[Any] = []
 
     def __repr__(self) -> str:
         disk = f", disk={self.disk!r}" if self.disk is not None else ""
-        return f"Cache({self.capacity!r}{disk}, policy={self.policy!r}, name={self.name!r})"
+        hold = f", hold={self.hold!r}" if self.hold != "bytes" else ""
+        return f"Cache({self.capacity!r}{disk}, policy={self.policy!r}, name={self.name!r}{hold})"
 
-    def bind(self, dataset: Any, *, peers: Any = ...) -> Any:
+    def bind(self, dataset: Any, *, peers: Any = ..., name_prefix: str = "") -> Any:
         """Open the dataset's segment (and disk tier) and return the fetch layer for a loader.
 
         ``peers``: the cache's own (``Cache(peers=...)``) unless given; None binds this
-        node's tiers alone (whole files, `unstall.cache.files`)."""
+        node's tiers alone (whole files, `unstall.cache.files`). ``name_prefix``: put
+        before a ``name`` given to the cache (what the segment holds, e.g. ``samples-``)."""
         peers = self.peers if peers is ... else peers
         attr = missing_method(dataset)  # not a KeyedDataset
         if attr is not None:
@@ -117,6 +139,7 @@ class Cache:
         if n == 0:
             raise ValueError(f"dataset {type(dataset).__name__} is empty: nothing to cache")
         fingerprint = str(dataset.fingerprint())
+        name = None if self.name is None else name_prefix + self.name
         item_versions(dataset)  # here, once, before workers fork: they inherit the versions
         group = random.getrandbits(62) + 1  # one per bind: the owner sums its workers' slots
         ram, total = None, None
@@ -126,7 +149,7 @@ class Cache:
                 self.capacity,
                 policy=self.policy,
                 fingerprint=fingerprint,
-                name=self.name,
+                name=name,
                 group=group,
                 keep_s=keep_seconds(self.keep),
             )
@@ -136,7 +159,7 @@ class Cache:
                 self.disk,
                 dataset,
                 fingerprint=fingerprint,
-                name=self.name,
+                name=name,
                 group=group,
                 total=total,
             )

@@ -176,6 +176,8 @@ class FileCache:
         self.max_bytes = MAX_FILE_BYTES
         #: Called by `close` (e.g. the main process's open hook removing itself).
         self.on_close: list[Any] = []
+        #: Merged into the stats' ``cache`` section (e.g. why samples were not cached).
+        self.notes: dict[str, Any] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -258,7 +260,7 @@ class FileCache:
     def stats(self) -> dict[str, Any]:
         """The cache's figures (``{"cache": {...}}``), with ``level: "file"`` and the listing."""
         out = self.layer.stats()
-        out["cache"].update(level="file", files=self.files, listed=self.where)
+        out["cache"].update(level="file", files=self.files, listed=self.where, **self.notes)
         return out
 
     def check(self) -> None:

@@ -91,8 +91,9 @@ def build_machinery(owner: Any, dataset: Any, s: LoaderSettings) -> Machinery:
         coordination = extensions.get("coordinate")(s.coordinate, dataset, order, prep)
         weakref.finalize(owner, coordination.close)
     fetch_layer: FetchLayer | None = s.cache.bind(dataset)  # `unstall.loader.cache_binding`
+    task_dataset = s.cache.serve(fetch_layer, task_dataset)  # hold="samples": through the cache
     worker_init_fn = s.worker_init_fn
-    if s.cache.files:  # issue 40: its whole-file reads served in its workers (or none)
+    if s.cache.files or s.cache.points:  # whole-file reads served in its workers (or none)
         from unstall.loader import file_hook
 
         worker_init_fn = file_hook.worker_init(fetch_layer, worker_init_fn, num_workers)

@@ -15,6 +15,12 @@ the result.
   the files it lists for a dataset that opens its files itself, served to its own
   ``open(path, "rb")`` in the workers (`unstall.cache.files`, `unstall.loader.file_hook`).
   Files are cached node by node: peers (``Cache(peers=...)``) serve unstall's datasets only.
+- an `unstall.Cache` with ``hold="samples"`` (or ``"decoded"``, ``"auto"``) for a map-style
+  dataset: its prepared samples (or decoded images) cached, the dataset served through the
+  cache (`unstall.cache.points`); one that cannot be gets its bytes cached instead, with
+  one line saying which check failed.
+- a dict (a config file's ``{"size": "8GiB", "hold": "samples"}``): ``Cache(**dict)``,
+  ``size`` being the RAM tier's.
 - any other object with ``bind(dataset)``: bound as it is.
 """
 
@@ -36,20 +42,29 @@ class CacheBinding:
             datasets): a disk tier for remote data.
         files: the dataset opens its files itself: ``cache`` holds them whole, served by
             the workers' ``open`` hook.
+        points: what the cache holds of a map-style dataset's samples when not their
+            bytes (``"samples"``, ``"decoded"``, ``"auto"``: `unstall.cache.points`); "".
     """
 
     cache: Any = None
     default: bool = False
     files: bool = False
+    points: str = ""
 
     @property
     def peers(self) -> Any:
         """The peers the bound cache asks for items it does not own (None: node by node)."""
-        return None if self.files or self.cache is None else getattr(self.cache, "peers", None)
+        if self.files or self.points or self.cache is None:
+            return None
+        return getattr(self.cache, "peers", None)
 
     def bind(self, dataset: Any) -> Any:
         """The loader's fetch layer for ``dataset`` (None: uncached). A file-level cache that
         cannot apply is None too, with one line saying why (never an error)."""
+        if self.points:
+            from unstall.cache.points import bind_points
+
+            return bind_points(self.cache, dataset)
         if self.files:
             from unstall.cache.files import bind_files
 
@@ -61,6 +76,12 @@ class CacheBinding:
 
             return default_layer(dataset)
         return None
+
+    def serve(self, layer: Any, dataset: Any) -> Any:
+        """The dataset the loader's tasks call: served through ``layer`` when it holds
+        prepared samples, else ``dataset`` itself."""
+        serve = getattr(layer, "serve", None) if self.points else None
+        return dataset if serve is None else serve(dataset)
 
 
 def is_setting(cache: Any) -> bool:
@@ -86,6 +107,8 @@ def cache_of(cache: Any) -> Any:
         from unstall.cache import Cache
 
         return Cache(cache)  # a RAM tier's size, as a config file's "cache" key gives it
+    if isinstance(cache, dict):
+        return _from_dict(cache)
     if not callable(getattr(cache, "bind", None)):
         raise TypeError(
             f"cache={cache!r}: pass unstall.Cache(...), a RAM size such as '16GiB', "
@@ -101,7 +124,43 @@ def resolve_cache(cache: Any, dataset: Any) -> CacheBinding:
     if cache is None:
         return CacheBinding(default=is_keyed(dataset))
     cache = cache_of(cache)
+    hold = getattr(cache, "hold", "bytes") if is_setting(cache) else "bytes"
+    if hold != "bytes" and _map_style(dataset):
+        return CacheBinding(cache, points=hold)
     return CacheBinding(cache, files=is_setting(cache) and not is_keyed(dataset))
+
+
+#: A config file's cache keys, and the `unstall.Cache` argument each sets.
+_DICT_KEYS = {
+    "size": "capacity",
+    "ram": "ram",
+    "disk": "disk",
+    "hold": "hold",
+    "deterministic": "deterministic",
+    "keep": "keep",
+    "name": "name",
+}
+
+
+def _from_dict(setting: dict[str, Any]) -> Any:
+    """A config file's ``{"size": "8GiB", "hold": "samples", ...}`` as an `unstall.Cache`."""
+    from unstall.cache import Cache
+
+    unknown = sorted(set(setting) - set(_DICT_KEYS))
+    if unknown:
+        raise TypeError(
+            f"cache={setting!r}: unknown keys {unknown}; a cache setting takes {sorted(_DICT_KEYS)}"
+        )
+    return Cache(**{_DICT_KEYS[k]: v for k, v in setting.items()})
+
+
+def _map_style(dataset: Any) -> bool:
+    """True for a dataset with a length and ``__getitem__`` (not an iterable one)."""
+    import sys
+
+    data = sys.modules.get("torch.utils.data")
+    iterable = data is not None and isinstance(dataset, data.IterableDataset)
+    return not iterable and hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")
 
 
 def _is_size(cache: Any) -> bool:

@@ -14,7 +14,8 @@ from typing import Any
 from unstall import machine
 from unstall.loader.cache_binding import cache_of
 
-#: Arguments a config file may set (plain values; ``cache`` is a capacity).
+#: Arguments a config file may set (plain values; ``cache`` is a capacity, or an object
+#: such as ``{"size": "8GiB", "hold": "samples"}``: `unstall.loader.cache_binding`).
 _SETTABLE = (
     "num_workers",
     "prefetch_factor",

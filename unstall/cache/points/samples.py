@@ -1,0 +1,273 @@
+"""The whole-sample cache (``Cache(size, hold="samples")``): what ``dataset[i]`` returns,
+prepared once and served from the node cache from then on, bit-identical.
+
+For a map-style dataset whose preparation is deterministic (a validation set, audio
+decoded and resampled, extracted features), the loader's workers call
+``dataset[i]`` through `CachedSamples`: a hit is the stored sample decoded
+(`unstall.cache.points.codec`), a miss prepares it as the script would, returns it, and
+stores its encoding. The dataset stays the script's own: an opaque ``__getitem__`` that
+opens its files in C (soundfile, torchcodec) is served too, since the sample, not the
+file, is what is cached.
+
+Binding (`bind_samples`, in the loader's main process, once):
+
+1. **The files behind each sample.** The dataset must list one file per sample, in its
+   own order (torchvision's ``samples``/``imgs``, or the longest list of existing paths
+   among its attributes, as the file hook finds them: `unstall.cache.files.listed_paths`).
+   Sample ``i``'s version is its file's (size, mtime, inode, device), taken by ``stat``
+   each time it is asked for: a changed file is a miss (``stale``), never an old sample.
+   A dataset that lists no such files is not sample-cached (its samples could not be
+   versioned).
+2. **Determinism** (`unstall.cache.points.determinism`): known from recognized ops, else
+   checked on the job's own samples; ``Cache(deterministic=True|False)`` decides instead.
+3. **The preparation's fingerprint** (`unstall.cache.points.fingerprint`): the segment is
+   named by it and by the listed paths, so a changed transform, loader function or
+   unstall gives another segment, and jobs with the same preparation share one.
+
+A dataset refused at 1 or 2 gets the byte cache instead (its files, whole), with one
+line saying which check failed; ``loader.stats()["cache"]`` carries it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from unstall.cache.capacity import format_bytes
+from unstall.cache.files import RECENT_NS, NoListing, file_version, listed_paths, say
+from unstall.cache.points import codec
+from unstall.cache.points.determinism import Verdict, verdict_for
+from unstall.cache.points.fingerprint import preparation_fingerprint
+
+#: Encoded samples larger than this are never stored.
+MAX_SAMPLE_BYTES = 256 << 20
+_announced: set[str] = set()
+
+
+class Refused(Exception):
+    """The dataset cannot be sample-cached; ``stats`` says which check failed."""
+
+    def __init__(self, stats: dict[str, Any]):
+        super().__init__(stats["reason"])
+        self.stats = stats
+
+
+class SampleListing:
+    """A dataset's samples as `unstall.Cache.bind` binds items: one per index; the
+    fingerprint names the held kind, the preparation and the files."""
+
+    def __init__(self, n: int, fingerprint: str, sample_bytes: float):
+        self.n, self._fingerprint, self.sample_bytes = n, fingerprint, sample_bytes
+
+    def __len__(self) -> int:
+        return self.n
+
+    def key(self, i: int) -> str:
+        return str(i)
+
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    def raw_sizes(self, indices: Sequence[int]) -> np.ndarray:
+        """Each sample's expected stored size (the checked samples' mean, with a margin)."""
+        return np.full(len(indices), int(self.sample_bytes), dtype=np.int64)
+
+    def fetch(self, indices: Sequence[int]) -> list[bytes]:
+        raise NotImplementedError("samples are stored by the loader's workers, not fetched")
+
+
+class SampleCache:
+    """A bound sample cache: the tiers, the files behind the samples and how it was decided.
+
+    `serve` gives the dataset the loader's workers call; `stats` the cache's figures."""
+
+    def __init__(
+        self,
+        layer: Any,
+        paths: list[str],
+        *,
+        hold: str,
+        where: str,
+        dataset_name: str,
+        fingerprint: str,
+        verdict: Verdict,
+    ):
+        self.layer, self.paths, self.hold, self.where = layer, paths, hold, where
+        self.dataset_name, self.fingerprint, self.verdict = dataset_name, fingerprint, verdict
+        self.on_close: list[Any] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["on_close"] = []
+        return state
+
+    def serve(self, dataset: Any) -> CachedSamples:
+        """``dataset`` with its samples served through this cache."""
+        return CachedSamples(dataset, self)
+
+    def get(self, index: int, prepare: Any) -> Any:
+        """Sample ``index``: from the first tier holding it under its file's current
+        version, else ``prepare(index)``, stored when its file did not change meanwhile."""
+        path = self.paths[index]
+        st = os.stat(path)
+        version = np.array([file_version(st)], dtype=np.int64)
+        tiers = self.layer.tiers
+        found: list[tuple[int, int]] = []
+        data = None
+        for tier in tiers:
+            got, stale = tier.get_many([index], version)
+            found.append((int(got[0] is not None), stale))
+            if got[0] is not None:
+                data = got[0]
+                break
+        stored = [(0, 0)] * len(found)
+        if data is not None:
+            sample = codec.decode(data)
+        else:
+            sample = prepare(index)
+            settled = time.time_ns() - st.st_mtime_ns > RECENT_NS
+            if settled and file_version(os.stat(path)) == int(version[0]):
+                encoded = codec.encode(sample)
+                if len(encoded) <= MAX_SAMPLE_BYTES:
+                    stored = self._store(index, encoded, version, len(found))
+        for tier, (hit, stale), (n, size) in zip(tiers, found, stored, strict=False):
+            tier.count(hit, 1 - hit, n, size, stale)
+        return sample
+
+    def _store(
+        self, index: int, data: bytes, version: np.ndarray, tiers: int
+    ) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        since = self.layer.bound_ns
+        for tier in self.layer.tiers[:tiers]:
+            out.append(tier.put_many([(index, data)], version, since))
+            if out[-1][0] or tier.held([index], version, since)[0]:
+                break
+        return out + [(0, 0)] * (tiers - len(out))
+
+    # The loader's fetch-layer interface (unused: the served dataset is not split) ------------
+    def fetch(self, dataset: Any, indices: Sequence[int]) -> list[bytes]:
+        return list(dataset.fetch(indices))
+
+    def prefetch(self, dataset: Any, indices: Sequence[int]) -> None:
+        return None
+
+    def stats(self) -> dict[str, Any]:
+        """``{"cache": {...}}``: the tiers' figures, what they hold and how it was decided."""
+        out = self.layer.stats()
+        out["cache"].update(
+            level=self.hold,
+            holds=self.hold,
+            samples=len(self.paths),
+            listed=self.where,
+            preparation=self.fingerprint,
+            **self.verdict.as_stats(),
+        )
+        return out
+
+    def check(self) -> None:
+        self.layer.check()
+
+    def close(self) -> bool:
+        """Leave the segment (owner process only); idempotent."""
+        for hook in self.on_close:
+            hook(self)
+        self.on_close = []
+        return bool(self.layer.close())
+
+
+class CachedSamples(torch.utils.data.Dataset):
+    """The script's dataset with ``__getitem__`` served through a `SampleCache`."""
+
+    def __init__(self, dataset: Any, cache: SampleCache):
+        self.dataset, self.cache = dataset, cache
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.cache.get(index, self.dataset.__getitem__)
+
+
+def sample_files(dataset: Any) -> tuple[list[str], str]:
+    """The file behind each of ``dataset``'s samples, in its order, and where they are listed.
+
+    Raises:
+        Refused: no attribute lists one existing file per sample.
+    """
+    name = type(dataset).__name__
+    try:
+        paths, where = listed_paths(dataset)
+    except NoListing as exc:
+        raise Refused(_refusal("files", f"{exc}: its samples cannot be versioned")) from None
+    if len(paths) != len(dataset):
+        why = (
+            f"{name}.{where} lists {len(paths)} files for {len(dataset)} samples: "
+            "one file per sample is needed to version them"
+        )
+        raise Refused(_refusal("files", why))
+    return paths, where
+
+
+def bind_samples(cache: Any, dataset: Any, hold: str = "samples") -> SampleCache:
+    """``cache`` (an `unstall.Cache`) bound to ``dataset``'s prepared samples.
+
+    Raises:
+        Refused: the dataset lists no file per sample, or its preparation is not (known to
+            be) deterministic; the stats say which check failed.
+    """
+    name = type(dataset).__name__
+    paths, where = sample_files(dataset)
+    sizes: list[int] = []
+
+    def prepared(i: int) -> bytes:
+        out = codec.encode(dataset[i])
+        sizes.append(len(out))
+        return out
+
+    verdict = verdict_for(dataset, prepared, getattr(cache, "deterministic", None))
+    if not verdict.ok:
+        raise Refused({**verdict.as_stats(), "holds": "bytes"})
+    if not sizes:  # declared deterministic: one sample sizes the segment
+        prepared(0)
+    digest = hashlib.blake2b(digest_size=16)
+    for p in paths:
+        digest.update(p.encode("utf-8", "surrogateescape") + b"\0")
+    fingerprint = preparation_fingerprint(dataset, hold, digest.hexdigest())
+    per_sample = int(np.mean(sizes) * 1.25) + 4096
+    listing = SampleListing(len(paths), f"{hold}-{fingerprint}", per_sample)
+    layer = cache.bind(listing, peers=None, name_prefix=f"{hold}-")
+    bound = SampleCache(
+        layer,
+        paths,
+        hold=hold,
+        where=where,
+        dataset_name=name,
+        fingerprint=fingerprint,
+        verdict=verdict,
+    )
+    if fingerprint not in _announced:
+        _announced.add(fingerprint)
+        ram = layer.ram
+        size = format_bytes(ram.capacity) if ram is not None and ram.path else "no RAM tier"
+        say(
+            f"unstall: caching {name}'s {len(paths)} prepared samples (deterministic: "
+            f"{verdict.how}; about {format_bytes(per_sample)} each) in the node cache ({size})"
+        )
+    return bound
+
+
+def _refusal(check: str, reason: str) -> dict[str, Any]:
+    return {
+        "deterministic": False,
+        "determinism": "refused",
+        "failed_check": check,
+        "reason": reason,
+        "holds": "bytes",
+    }
