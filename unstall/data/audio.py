@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from unstall import machine
-from unstall.data.synthetic import _claim, _pool, _progress
-from unstall.stores import LocalStore, Store, open_store
+from unstall.data.synthetic import write_missing
+from unstall.stores import Store
 
 #: Bump when the clips a (seed, index) produces change: old datasets are then rejected.
 RECIPE_VERSION = 1
@@ -163,41 +162,18 @@ def make_audio_dataset(
     )
     import soundfile  # noqa: F401  (say it is missing before anything is written)
 
-    if workers is None:
-        workers = min(machine.cores_available(), max(1, clips // _CHUNK))
-    if workers < 1:
-        raise ValueError(f"workers={workers!r} must be >= 1 (or None for one per core)")
-    if isinstance(dest, (str, os.PathLike)) and "://" not in os.fspath(dest):
-        Path(dest).expanduser().mkdir(parents=True, exist_ok=True)
-    store = open_store(dest)
-    _claim(store, params)
-    existing = set(store.list())
     keys = [clip_key(i, clips=clips, classes=classes, format=format) for i in range(clips)]
-    todo = [i for i, key in enumerate(keys) if key not in existing]
-    start = time.perf_counter()
-    jobs = [(store, params, todo[k : k + _CHUNK]) for k in range(0, len(todo), _CHUNK)]
-    written = 0
-    # the pool forks before the progress bar starts its refresh thread
-    with (
-        _pool(workers, len(jobs)) as pool,
-        _progress(progress, total=len(todo), what="clips") as advance,
-    ):
-        results = pool.imap_unordered(_write_chunk, jobs) if pool else map(_write_chunk, jobs)
-        for count, nbytes in results:
-            written += nbytes
-            advance(count)
-    skipped = [key for key in keys if key in existing]
-    sized = skipped if isinstance(store, LocalStore) else []
-    return AudioInfo(
-        root=store.url,
-        clips=clips,
-        classes=classes,
-        written=len(todo),
-        skipped=len(skipped),
-        total_bytes=written + sum(store.path(key).stat().st_size for key in sized),
-        sized=len(todo) + len(sized),
-        seconds=time.perf_counter() - start,
+    written = write_missing(
+        dest,
+        params,
+        keys,
+        _write_chunk,
+        workers=workers,
+        progress=progress,
+        what="clips",
+        chunk=_CHUNK,
     )
+    return AudioInfo(clips=clips, classes=classes, **written)
 
 
 def ensure_audio_dataset(
