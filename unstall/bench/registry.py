@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, str] = {
     "autotune": "unstall.bench.autotune",
     "torchvision": "unstall.bench.torchvision",
     "remote": "unstall.bench.remote",
+    "cachepoints": "unstall.bench.cachepoints",
     "audio": "unstall.bench.audio",
 }
 

@@ -170,6 +170,11 @@ class Cache:
         self._layers.append(layer)
         return layer
 
+    def track(self, layer: Any) -> None:
+        """Leave ``layer`` too on `close` (a tier bound for this cache by another `Cache`
+        sized for part of its budget: mixed placement, `unstall.cache.points.placement`)."""
+        self._layers.append(layer)
+
     def check(self) -> None:
         """Assert every bound segment's index is consistent (for tests and debugging)."""
         for layer in self._layers:

@@ -162,27 +162,85 @@ def real_dir_path(path: str) -> str:
     return os.path.join(real, tail)
 
 
-class FileCache:
+def tier_get(layer: Any, index: int, version: np.ndarray) -> tuple[bytes | None, list]:
+    """Item ``index`` from the first of ``layer``'s tiers holding it under ``version`` (None:
+    a miss), and per tier asked ``(hit, stale)``."""
+    found: list[tuple[int, int]] = []
+    for tier in layer.tiers:
+        got, stale = tier.get_many([index], version)
+        found.append((int(got[0] is not None), stale))
+        if got[0] is not None:
+            return got[0], found
+    return None, found
+
+
+def tier_put(layer: Any, index: int, data: bytes, version: np.ndarray, tiers: int) -> list:
+    """``data`` to the first of ``layer``'s first ``tiers`` tiers that takes it: (items,
+    bytes) stored per tier."""
+    out: list[tuple[int, int]] = []
+    since = layer.bound_ns
+    for tier in layer.tiers[:tiers]:
+        out.append(tier.put_many([(index, data)], version, since))
+        if out[-1][0] or tier.held([index], version, since)[0]:
+            break  # stored, or held (another process stores it, or a newer job's)
+    return out + [(0, 0)] * (tiers - len(out))
+
+
+def tier_count(layer: Any, found: list, stored: list) -> None:
+    """One access's figures to each tier asked: ``found`` per tier, ``stored`` per tier."""
+    for tier, (hit, stale), (n, size) in zip(layer.tiers, found, stored, strict=False):
+        tier.count(hit, 1 - hit, n, size, stale)
+
+
+class ItemLayer:
+    """What a loader holds of a cache served item by item in its workers (whole files, or
+    prepared samples: `unstall.cache.points`): the tiers (``layer``), closing, checking,
+    and the fetch-layer calls a dataset that is not split passes through."""
+
+    def __init__(self, layer: Any):
+        self.layer = layer
+        #: Called by `close` (e.g. the main process's open hook removing itself).
+        self.on_close: list[Any] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["on_close"] = []
+        return state
+
+    def fetch(self, dataset: Any, indices: Sequence[int]) -> list[bytes]:
+        """The dataset's own fetch (its reads are served in the workers)."""
+        return list(dataset.fetch(indices))
+
+    def prefetch(self, dataset: Any, indices: Sequence[int]) -> None:
+        prefetch = getattr(dataset, "prefetch", None)
+        if callable(prefetch):
+            prefetch(indices)
+
+    def check(self) -> None:
+        self.layer.check()
+
+    def close(self) -> bool:
+        """Leave the segment (owner process only); idempotent."""
+        for hook in self.on_close:
+            hook(self)
+        self.on_close = []
+        return bool(self.layer.close())
+
+
+class FileCache(ItemLayer):
     """A bound cache of whole files (see the module notes): the loader's layer for a dataset
     that opens files itself. ``read`` is what the workers' open hook calls."""
 
     def __init__(self, layer: Any, listing: FileListing, where: str, dataset_name: str):
-        self.layer = layer
+        super().__init__(layer)
         self.where = where
         self.dataset_name = dataset_name
         self.files = len(listing)
         self.paths = listing.paths
         self.slot_of = {p: i for i, p in enumerate(listing.paths)}
         self.max_bytes = MAX_FILE_BYTES
-        #: Called by `close` (e.g. the main process's open hook removing itself).
-        self.on_close: list[Any] = []
         #: Merged into the stats' ``cache`` section (e.g. why samples were not cached).
         self.notes: dict[str, Any] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["on_close"] = []
-        return state
 
     def index_of(self, path: str) -> int | None:
         """The item of ``path`` (as opened), or None if the dataset does not list it."""
@@ -199,37 +257,16 @@ class FileCache:
         was (all ``st.st_size`` bytes read, ``restat()`` of the same version) and was not
         modified in the last `RECENT_NS`. Returns ``(bytes, stored)``."""
         version = np.array([file_version(st)], dtype=np.int64)
-        tiers = self.layer.tiers
-        found: list[tuple[int, int]] = []  # per tier asked: (hit, stale)
-        data = None
-        for tier in tiers:
-            got, stale = tier.get_many([index], version)
-            found.append((int(got[0] is not None), stale))
-            if got[0] is not None:
-                data = got[0]
-                break
+        data, found = tier_get(self.layer, index, version)
         stored = [(0, 0)] * len(found)
         if data is None:
             data = read_file()
             settled = time.time_ns() - st.st_mtime_ns > RECENT_NS
             unchanged = len(data) == st.st_size and settled
             if unchanged and (restat is None or file_version(restat()) == int(version[0])):
-                stored = self._store(index, data, version, len(found))
-        for tier, (hit, stale), (n, size) in zip(tiers, found, stored, strict=False):
-            tier.count(hit, 1 - hit, n, size, stale)
+                stored = tier_put(self.layer, index, data, version, len(found))
+        tier_count(self.layer, found, stored)
         return data, any(n for n, _ in stored)
-
-    def _store(
-        self, index: int, data: bytes, version: np.ndarray, tiers: int
-    ) -> list[tuple[int, int]]:
-        """``data`` to the first tier that takes it: (items, bytes) stored per tier."""
-        out: list[tuple[int, int]] = []
-        since = self.layer.bound_ns
-        for tier in self.layer.tiers[:tiers]:
-            out.append(tier.put_many([(index, data)], version, since))
-            if out[-1][0] or tier.held([index], version, since)[0]:
-                break  # stored, or held (another process stores it, or a newer job's)
-        return out + [(0, 0)] * (tiers - len(out))
 
     def fill(self, indices: Sequence[int]) -> int:
         """Read the files of ``indices`` into the cache now (e.g. the analyzer's cached run,
@@ -247,31 +284,11 @@ class FileCache:
                 os.close(fd)
         return stored
 
-    # The loader's fetch-layer interface (a dataset with fetch but no fingerprint) ----------
-    def fetch(self, dataset: Any, indices: Sequence[int]) -> list[bytes]:
-        """The dataset's own fetch: its files' reads are served by the open hook."""
-        return list(dataset.fetch(indices))
-
-    def prefetch(self, dataset: Any, indices: Sequence[int]) -> None:
-        prefetch = getattr(dataset, "prefetch", None)
-        if callable(prefetch):
-            prefetch(indices)
-
     def stats(self) -> dict[str, Any]:
         """The cache's figures (``{"cache": {...}}``), with ``level: "file"`` and the listing."""
         out = self.layer.stats()
         out["cache"].update(level="file", files=self.files, listed=self.where, **self.notes)
         return out
-
-    def check(self) -> None:
-        self.layer.check()
-
-    def close(self) -> bool:
-        """Leave the segment (owner process only); idempotent."""
-        for hook in self.on_close:
-            hook(self)
-        self.on_close = []
-        return bool(self.layer.close())
 
 
 def bind_files(cache: Any, dataset: Any) -> FileCache | None:

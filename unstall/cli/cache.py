@@ -90,7 +90,7 @@ def _table(rows: list[dict], title: str) -> Any:
             table.add_row("shards", name, format_bytes(r["file_bytes"]), "-", items, "-")
             continue
         cap, used = r["capacity_bytes"], r["used_bytes"]
-        about = f"{r['fingerprint'][:12]}, {r['policy']}"
+        about = f"{r.get('holds', 'bytes')}, {r['fingerprint'][:12]}, {r['policy']}"
         if r["tier"] == "disk":
             about += f", {format_bytes(r['file_bytes'])} on disk"
         table.add_row(

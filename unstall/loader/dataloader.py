@@ -300,11 +300,12 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
 
     def close(self) -> None:
         """Free the loader's shared-memory slots now (also done when it is collected); a
-        file-level cache leaves too, with its ``open`` hook (a `Cache` stays bound)."""
+        file-level cache or a cache point (``hold="samples"``...) leaves too, with its ``open``
+        hook (a `Cache` of bytes stays bound)."""
         if self._handoff is not None:
             self._handoff.close()
         files, layer = sys.modules.get("unstall.cache.files"), getattr(self, "_fetch_layer", None)
-        if files is not None and isinstance(layer, files.FileCache):  # loaded only where used
+        if files is not None and isinstance(layer, files.ItemLayer):  # loaded only where used
             layer.close()
         for part in (getattr(self, "_coordination", None), getattr(self, "_remote", None)):
             if part is not None:  # issue 18: leave the group; 45: stop the remote workers

@@ -191,10 +191,10 @@ def install(cache: FileCache) -> None:
 def uninstall(cache: FileCache) -> None:
     """Stop serving ``cache``'s files here; the real ``open`` is back once none is left."""
     _caches[:] = [ref for ref in _caches if ref() is not cache and ref() is not None]
-    if not _caches:
-        if builtins.open is _hooked:
+    if not _caches:  # (at interpreter exit builtins may have lost ``open`` already)
+        if getattr(builtins, "open", None) is _hooked:
             builtins.open = real_open
-        if io.open is _hooked:
+        if getattr(io, "open", None) is _hooked:
             io.open = real_open
 
 
@@ -222,8 +222,11 @@ def worker_init(
     cache: Any, user: Callable[[int], None] | None, num_workers: int
 ) -> Callable[[int], None] | None:
     """The ``worker_init_fn`` to give torch: ``user``'s, chained after installing the hook
-    when ``cache`` is a `FileCache`; with no workers the hook is installed here now (and
+    when ``cache`` is a `FileCache` (or holds one as ``files``: mixed placement's byte part,
+    `unstall.cache.points.placement`); with no workers the hook is installed here now (and
     removed when the cache closes)."""
+    if not isinstance(cache, FileCache):
+        cache = getattr(cache, "files", None)
     if not isinstance(cache, FileCache):
         return user
     if num_workers == 0:

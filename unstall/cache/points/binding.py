@@ -1,9 +1,12 @@
 """`bind_points`: a cache whose ``hold`` is not bytes, bound to a loader's dataset.
 
-``hold="samples"`` binds the whole-sample cache (`unstall.cache.points.samples`). A
-dataset it cannot take (no file per sample, or a preparation not shown deterministic)
-gets the byte cache instead, as ``hold="bytes"`` would bind it, with one line naming
-the check that failed; its ``loader.stats()["cache"]`` carries the same.
+``hold="samples"`` binds the whole-sample cache (`unstall.cache.points.samples`).
+``hold="decoded"`` and ``"auto"`` bind the decoded point of a recognized torchvision image
+folder (`unstall.cache.points.placement`); another dataset gets the whole-sample cache
+if its preparation is deterministic. A dataset none can take (no file per sample, or a
+preparation not shown deterministic) gets the byte cache instead, as ``hold="bytes"``
+would bind it, with one line naming the check that failed; its
+``loader.stats()["cache"]`` carries the same.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from unstall.cache.files import bind_files, say
+from unstall.cache.points.decoded import split_folder
+from unstall.cache.points.placement import bind_decoded
 from unstall.cache.points.samples import Refused, bind_samples
 from unstall.stores.base import is_keyed
 
@@ -20,6 +25,13 @@ def bind_points(cache: Any, dataset: Any) -> Any:
     name = type(dataset).__name__
     hold = getattr(cache, "hold", "samples")
     try:
+        if hold in ("decoded", "auto"):
+            try:
+                split = split_folder(dataset)
+            except Refused:
+                split = None  # not a recognized folder: its whole samples, if deterministic
+            if split is not None:
+                return bind_decoded(cache, dataset, split, hold)
         return bind_samples(cache, dataset, "samples")
     except Refused as exc:
         refusal = exc.stats

@@ -107,9 +107,13 @@ def _spec(x: Any, buffers: list[bytes]) -> Any:
     if plain and not x.requires_grad and x.layout == torch.strided:
         return _tensor_spec(x, buffers, torch)
     image = _pil_image()
-    if image is not None and t is image and x.mode in _PIL_MODES and not x.info:
+    if image is not None and t is image and x.mode in _PIL_MODES:
         buffers.append(x.tobytes())
-        return {"t": "pil", "mode": x.mode, "size": list(x.size)}
+        spec = {"t": "pil", "mode": x.mode, "size": list(x.size)}
+        if x.info:  # e.g. a JPEG's jfif fields: kept, as the image had them
+            buffers.append(pickle.dumps(x.info, protocol=5))
+            spec["info"] = True
+        return spec
     buffers.append(pickle.dumps(x, protocol=5))
     return {"t": "pickle"}
 
@@ -181,7 +185,10 @@ def _build(spec: Any, buffers: list[memoryview]) -> Any:
     if t == "pil":
         from PIL import Image
 
-        return Image.frombytes(spec["mode"], tuple(spec["size"]), bytes(buffers.pop(0)))
+        out = Image.frombytes(spec["mode"], tuple(spec["size"]), buffers.pop(0))
+        if spec.get("info"):
+            out.info = pickle.loads(buffers.pop(0))
+        return out
     if t == "pickle":
         return pickle.loads(buffers.pop(0))
     raise ValueError(f"unknown sample part {t!r}")

@@ -14,7 +14,8 @@ the same fingerprint and share entries. It digests:
   parameters; other objects give their attributes) and their code;
 - the versions of the libraries its code refers to (``soundfile``, ``soxr``, ``PIL``,
   ``torchvision``...: a new resampler can change the output);
-- unstall's own version and the source of the code that stores the entry.
+- unstall's own version and the source of the code that makes and stores the entry
+  (the encoding, the sample cache, the split of a transform).
 
 The paths of the files the dataset lists are part of it as well (`unstall.cache.points.
 samples`): a dataset over other files is another dataset.
@@ -58,9 +59,10 @@ def describe(obj: Any, depth: int = _DEPTH, seen: set[int] | None = None) -> str
 
 def _unstall_part() -> str:
     import unstall
-    from unstall.cache.points import codec
+    from unstall.cache.points import codec, decoded, samples
 
-    return f"unstall {unstall.__version__} {_source_digest(codec)} {codec.MAGIC.decode()}"
+    code = " ".join(_source_digest(m) for m in (codec, samples, decoded))
+    return f"unstall {unstall.__version__} {code} {codec.MAGIC.decode()}"
 
 
 def _describe_dataset(dataset: Any, seen: set[int]) -> list[str]:

@@ -13,7 +13,8 @@ Binding (`bind_samples`, in the loader's main process, once):
 
 1. **The files behind each sample.** The dataset must list one file per sample, in its
    own order (torchvision's ``samples``/``imgs``, or the longest list of existing paths
-   among its attributes, as the file hook finds them: `unstall.cache.files.listed_paths`).
+   among its attributes, as the file hook finds them: `unstall.cache.files.listed_paths`);
+   a `torch.utils.data.Subset` of one such dataset picks its files by its ``indices``.
    Sample ``i``'s version is its file's (size, mtime, inode, device), taken by ``stat``
    each time it is asked for: a changed file is a miss (``stale``), never an old sample.
    A dataset that lists no such files is not sample-cached (its samples could not be
@@ -40,7 +41,17 @@ import numpy as np
 import torch.utils.data
 
 from unstall.cache.capacity import format_bytes
-from unstall.cache.files import RECENT_NS, NoListing, file_version, listed_paths, say
+from unstall.cache.files import (
+    RECENT_NS,
+    ItemLayer,
+    NoListing,
+    file_version,
+    listed_paths,
+    say,
+    tier_count,
+    tier_get,
+    tier_put,
+)
 from unstall.cache.points import codec
 from unstall.cache.points.determinism import Verdict, verdict_for
 from unstall.cache.points.fingerprint import preparation_fingerprint
@@ -82,7 +93,7 @@ class SampleListing:
         raise NotImplementedError("samples are stored by the loader's workers, not fetched")
 
 
-class SampleCache:
+class SampleCache(ItemLayer):
     """A bound sample cache: the tiers, the files behind the samples and how it was decided.
 
     `serve` gives the dataset the loader's workers call; `stats` the cache's figures."""
@@ -98,14 +109,9 @@ class SampleCache:
         fingerprint: str,
         verdict: Verdict,
     ):
-        self.layer, self.paths, self.hold, self.where = layer, paths, hold, where
+        super().__init__(layer)
+        self.paths, self.hold, self.where = paths, hold, where
         self.dataset_name, self.fingerprint, self.verdict = dataset_name, fingerprint, verdict
-        self.on_close: list[Any] = []
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["on_close"] = []
-        return state
 
     def serve(self, dataset: Any) -> CachedSamples:
         """``dataset`` with its samples served through this cache."""
@@ -117,15 +123,7 @@ class SampleCache:
         path = self.paths[index]
         st = os.stat(path)
         version = np.array([file_version(st)], dtype=np.int64)
-        tiers = self.layer.tiers
-        found: list[tuple[int, int]] = []
-        data = None
-        for tier in tiers:
-            got, stale = tier.get_many([index], version)
-            found.append((int(got[0] is not None), stale))
-            if got[0] is not None:
-                data = got[0]
-                break
+        data, found = tier_get(self.layer, index, version)
         stored = [(0, 0)] * len(found)
         if data is not None:
             sample = codec.decode(data)
@@ -135,28 +133,9 @@ class SampleCache:
             if settled and file_version(os.stat(path)) == int(version[0]):
                 encoded = codec.encode(sample)
                 if len(encoded) <= MAX_SAMPLE_BYTES:
-                    stored = self._store(index, encoded, version, len(found))
-        for tier, (hit, stale), (n, size) in zip(tiers, found, stored, strict=False):
-            tier.count(hit, 1 - hit, n, size, stale)
+                    stored = tier_put(self.layer, index, encoded, version, len(found))
+        tier_count(self.layer, found, stored)
         return sample
-
-    def _store(
-        self, index: int, data: bytes, version: np.ndarray, tiers: int
-    ) -> list[tuple[int, int]]:
-        out: list[tuple[int, int]] = []
-        since = self.layer.bound_ns
-        for tier in self.layer.tiers[:tiers]:
-            out.append(tier.put_many([(index, data)], version, since))
-            if out[-1][0] or tier.held([index], version, since)[0]:
-                break
-        return out + [(0, 0)] * (tiers - len(out))
-
-    # The loader's fetch-layer interface (unused: the served dataset is not split) ------------
-    def fetch(self, dataset: Any, indices: Sequence[int]) -> list[bytes]:
-        return list(dataset.fetch(indices))
-
-    def prefetch(self, dataset: Any, indices: Sequence[int]) -> None:
-        return None
 
     def stats(self) -> dict[str, Any]:
         """``{"cache": {...}}``: the tiers' figures, what they hold and how it was decided."""
@@ -170,16 +149,6 @@ class SampleCache:
             **self.verdict.as_stats(),
         )
         return out
-
-    def check(self) -> None:
-        self.layer.check()
-
-    def close(self) -> bool:
-        """Leave the segment (owner process only); idempotent."""
-        for hook in self.on_close:
-            hook(self)
-        self.on_close = []
-        return bool(self.layer.close())
 
 
 class CachedSamples(torch.utils.data.Dataset):
@@ -202,16 +171,22 @@ def sample_files(dataset: Any) -> tuple[list[str], str]:
         Refused: no attribute lists one existing file per sample.
     """
     name = type(dataset).__name__
+    picked = getattr(dataset, "indices", None)
+    inner = getattr(dataset, "dataset", None)
+    if inner is not None and isinstance(picked, Sequence) and len(picked) == len(dataset):
+        # a Subset (random_split's validation part): the inner dataset's files, picked
+        paths, where = sample_files(inner)
+        return [paths[int(i)] for i in picked], f"dataset.{where}[indices]"
     try:
         paths, where = listed_paths(dataset)
     except NoListing as exc:
-        raise Refused(_refusal("files", f"{exc}: its samples cannot be versioned")) from None
+        raise Refused(refusal("files", f"{exc}: its samples cannot be versioned")) from None
     if len(paths) != len(dataset):
         why = (
             f"{name}.{where} lists {len(paths)} files for {len(dataset)} samples: "
             "one file per sample is needed to version them"
         )
-        raise Refused(_refusal("files", why))
+        raise Refused(refusal("files", why))
     return paths, where
 
 
@@ -236,13 +211,8 @@ def bind_samples(cache: Any, dataset: Any, hold: str = "samples") -> SampleCache
         raise Refused({**verdict.as_stats(), "holds": "bytes"})
     if not sizes:  # declared deterministic: one sample sizes the segment
         prepared(0)
-    digest = hashlib.blake2b(digest_size=16)
-    for p in paths:
-        digest.update(p.encode("utf-8", "surrogateescape") + b"\0")
-    fingerprint = preparation_fingerprint(dataset, hold, digest.hexdigest())
-    per_sample = int(np.mean(sizes) * 1.25) + 4096
-    listing = SampleListing(len(paths), f"{hold}-{fingerprint}", per_sample)
-    layer = cache.bind(listing, peers=None, name_prefix=f"{hold}-")
+    fingerprint = preparation_fingerprint(dataset, hold, paths_digest(paths))
+    layer, per_sample = bind_segment(cache, hold, fingerprint, len(paths), float(np.mean(sizes)))
     bound = SampleCache(
         layer,
         paths,
@@ -252,18 +222,49 @@ def bind_samples(cache: Any, dataset: Any, hold: str = "samples") -> SampleCache
         fingerprint=fingerprint,
         verdict=verdict,
     )
-    if fingerprint not in _announced:
-        _announced.add(fingerprint)
-        ram = layer.ram
-        size = format_bytes(ram.capacity) if ram is not None and ram.path else "no RAM tier"
-        say(
-            f"unstall: caching {name}'s {len(paths)} prepared samples (deterministic: "
-            f"{verdict.how}; about {format_bytes(per_sample)} each) in the node cache ({size})"
-        )
+    announce(bound, f"{name}'s {len(paths)} prepared samples", per_sample)
     return bound
 
 
-def _refusal(check: str, reason: str) -> dict[str, Any]:
+def paths_digest(paths: Sequence[str]) -> str:
+    """A digest of the listed paths, in order (a dataset over other files is another one)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for p in paths:
+        digest.update(p.encode("utf-8", "surrogateescape") + b"\0")
+    return digest.hexdigest()
+
+
+def bind_segment(
+    cache: Any, hold: str, fingerprint: str, n: int, mean_bytes: float, capacity: Any = None
+) -> tuple[Any, int]:
+    """The tiers of a ``hold`` segment of ``n`` entries of about ``mean_bytes`` each (the
+    cache's own sizes, or a RAM tier of ``capacity`` bytes), and the bytes planned per entry."""
+    per_sample = int(mean_bytes * 1.25) + 4096
+    listing = SampleListing(n, f"{hold}-{fingerprint}", per_sample)
+    if capacity is not None:
+        from unstall.cache.cache import Cache
+
+        sized = Cache(int(capacity), keep=cache.keep, name=cache.name, hold=hold)
+        layer = sized.bind(listing, peers=None, name_prefix=f"{hold}-")
+        cache.track(layer)  # the user's cache leaves it on close
+        return layer, per_sample
+    return cache.bind(listing, peers=None, name_prefix=f"{hold}-"), per_sample
+
+
+def announce(bound: SampleCache, what: str, per_sample: int) -> None:
+    """One line per segment and process: what is cached, how decided, the room."""
+    if bound.fingerprint in _announced:
+        return
+    _announced.add(bound.fingerprint)
+    ram = bound.layer.ram
+    size = format_bytes(ram.capacity) if ram is not None and ram.path else "no RAM tier"
+    say(
+        f"unstall: caching {what} (deterministic: {bound.verdict.how}; about "
+        f"{format_bytes(per_sample)} each) in the node cache ({size})"
+    )
+
+
+def refusal(check: str, reason: str) -> dict[str, Any]:
     return {
         "deterministic": False,
         "determinism": "refused",
