@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from unstall import machine
-from unstall.data.synthetic import write_missing
+from unstall.data.synthetic import Written, write_missing
 from unstall.stores import Store
 
 #: Bump when the clips a (seed, index) produces change: old datasets are then rejected.
@@ -42,22 +42,11 @@ _HARMONICS = 6
 
 
 @dataclass(frozen=True)
-class AudioInfo:
-    """What `make_audio_dataset` wrote: where, how many, how big [Unit: byte, second]."""
+class AudioInfo(Written):
+    """What `make_audio_dataset` wrote: where, how many clips, how big."""
 
-    root: str
-    clips: int
-    classes: int
-    written: int
-    skipped: int
-    total_bytes: int
-    sized: int
-    seconds: float
-
-    @property
-    def mean_bytes(self) -> float:
-        """Mean file size over the ``sized`` clips (all of them, in a local directory)."""
-        return self.total_bytes / self.sized if self.sized else 0.0
+    clips: int = 0
+    classes: int = 0
 
 
 def clip_key(index: int, *, clips: int, classes: int, format: str) -> str:

@@ -37,12 +37,11 @@ _CHUNK = 16
 
 
 @dataclass(frozen=True)
-class SyntheticInfo:
-    """What `make_dataset` wrote: where, how many, how big [Unit: byte, second]."""
+class Written:
+    """What `write_missing` did: where, how many written and skipped, their bytes
+    [Unit: byte, second]."""
 
     root: str
-    images: int
-    classes: int
     written: int
     skipped: int
     total_bytes: int
@@ -51,8 +50,16 @@ class SyntheticInfo:
 
     @property
     def mean_bytes(self) -> float:
-        """Mean file size over the ``sized`` images (all of them, in a local directory)."""
+        """Mean file size over the ``sized`` items (all of them, in a local directory)."""
         return self.total_bytes / self.sized if self.sized else 0.0
+
+
+@dataclass(frozen=True)
+class SyntheticInfo(Written):
+    """What `make_dataset` wrote: where, how many images, how big."""
+
+    images: int = 0
+    classes: int = 0
 
 
 def image_key(index: int, *, images: int, classes: int) -> str:
@@ -128,18 +135,6 @@ def make_dataset(
         dest, params, keys, _write_chunk, workers=workers, progress=progress, what="images"
     )
     return SyntheticInfo(images=images, classes=classes, **written)
-
-
-@dataclass(frozen=True)
-class Written:
-    """What `write_missing` did: where, how many written and skipped, their bytes."""
-
-    root: str
-    written: int
-    skipped: int
-    total_bytes: int
-    sized: int
-    seconds: float
 
 
 def write_missing(
