@@ -6,8 +6,9 @@ command and each process of an ``unstall run``) costs nothing until torch is nee
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from unstall.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -29,24 +30,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is not None:
-        value = getattr(importlib.import_module(home), name)
-        globals()[name] = value  # later lookups skip this function
-        return value
-    if name.startswith("__"):  # e.g. probes for __wrapped__: never a module
-        raise AttributeError(f"module 'unstall' has no attribute {name!r}")
-    try:  # a sub-package not imported yet (`import unstall; unstall.loader`)
-        return importlib.import_module(f"unstall.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"unstall.{name}":
-            raise
-    raise AttributeError(f"module 'unstall' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, submodules=True)
 
 
 if TYPE_CHECKING:  # for type checkers and editors: the names as if imported eagerly

@@ -1,11 +1,11 @@
-"""The machine's facts and unstall's environment settings, each read in one place.
+"""The machine's facts and the process's environment, each read in one place.
 
-Every other part asks here: the cores this process may use (its affinity, capped by a
-cgroup's CPU quota), the node's memory, the cache directory, the shared-memory directory
-and the room to leave free in it, and every ``$UNSTALL_*`` variable (one small typed
-function each; tests/test_layout.py checks no other module reads one). Values are read
-when asked, never at import, so a test (or a benchmark) that sets a variable for a while
-is seen at once.
+Every other part asks here: the cores this process may use (the one counter: its affinity,
+capped by a cgroup's CPU quota), the node's memory, the cache and shared-memory directories,
+every ``$UNSTALL_*`` variable, torchrun's (the rank, the place in the job) and Ray's
+``$RAY_ADDRESS``: one small typed function each (tests/test_layout.py, test_environment.py).
+Read when asked, never at import: a test that sets a variable for a while is seen at once.
+S3's ``$AWS_*`` stay with the S3 configuration (`unstall.stores.s3_config`, boto3's order).
 
 The bottom floor, beside `unstall.errors`: the standard library only, cheap to import.
 """
@@ -15,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 #: The cache directory when ``$UNSTALL_CACHE_DIR`` is not set.
@@ -38,6 +39,12 @@ def _env(name: str) -> str:
     return os.environ.get(name, "")
 
 
+def _int_env(name: str) -> int | None:
+    """``$name`` as a whole number; None when unset or not one."""
+    value = _env(name).strip()
+    return int(value) if value.isdigit() else None
+
+
 def _number(name: str, kind: type, default: float | None = None) -> float | None:
     """``$name`` as ``kind``; ``default`` when unset or empty; a ValueError naming it."""
     text = _env(name)
@@ -53,14 +60,25 @@ def _number(name: str, kind: type, default: float | None = None) -> float | None
 def cores_available() -> int:
     """CPUs this process may use: its affinity (a cpuset included), capped by a cgroup's CPU
     quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``), rounded up. At least 1."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
+    cores = len(cpu_set())
     quota = _cgroup_quota()
     if quota is not None:
         cores = min(cores, max(1, math.ceil(quota)))
     return max(1, cores)
+
+
+def cpu_set(pid: int = 0) -> set[int]:
+    """The CPUs process ``pid`` (0: this one) may run on (its affinity; all where unreadable):
+    for pinning; the cores a process may use are `cores_available`."""
+    try:
+        return set(os.sched_getaffinity(pid))
+    except (AttributeError, OSError):
+        return set(range(cpus_installed()))
+
+
+def cpus_installed() -> int:
+    """The machine's CPUs, to describe it; never to size a pool (`cores_available`)."""
+    return os.cpu_count() or 1
 
 
 class CpuTicks(NamedTuple):
@@ -75,10 +93,7 @@ def cpu_ticks() -> CpuTicks | None:
     per-CPU lines; None where not readable. A job pinned to some cores (``taskset``, a
     cpuset) sees what runs on those, not the load on cores it cannot use (the whole-machine
     line would count that as contention)."""
-    try:
-        mine = {f"cpu{c}" for c in os.sched_getaffinity(0)}
-    except (AttributeError, OSError):
-        mine = None
+    mine = {f"cpu{c}" for c in cpu_set()}
     busy = idle = 0
     seen = False
     try:
@@ -130,19 +145,15 @@ def memory_total_bytes() -> int:
 def memory_available_bytes() -> int | None:
     """The node's ``MemAvailable`` (what new allocations can take without swapping)
     [Unit: byte]; None where ``/proc/meminfo`` has none."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
+    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
     return None
 
 
 def cache_dir() -> str:
-    """``$UNSTALL_CACHE_DIR`` or ``~/.cache/unstall``, expanded: where disk tiers, manifests,
-    listings, shard copies and indexes, and synthetic datasets live."""
+    """``$UNSTALL_CACHE_DIR`` or ``~/.cache/unstall``: disk tiers, listings, indexes, copies."""
     return os.path.expanduser(_env("UNSTALL_CACHE_DIR") or DEFAULT_CACHE_DIR)
 
 
@@ -267,6 +278,64 @@ def autotune_job() -> str:
     return _env("UNSTALL_AUTOTUNE_JOB")
 
 
+# The job's processes: torchrun and Ray ---------------------------------------------------
+#: torchrun's variables that place a process in its job (`torchrun_place`), with defaults.
+TORCHRUN_PLACE = dict.fromkeys(("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+TORCHRUN_PLACE |= {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+
+
+def rank_if_any(known: int | None = None) -> int | None:
+    """This process's rank, one precedence: torch.distributed's while a group is up
+    (frameworks start ranks their own way), else ``known`` (recorded while one was up),
+    else ``$RANK``, else ``$LOCAL_RANK``, else None (not a distributed job)."""
+    dist = sys.modules.get("torch.distributed")  # never imported here: cheap, torch-free
+    with contextlib.suppress(Exception):  # a group being torn down
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    return next((v for v in (known, _int_env("RANK"), local_rank()) if v is not None), None)
+
+
+def rank() -> int:
+    """This process's rank (`rank_if_any`), 0 outside a distributed job."""
+    return rank_if_any() or 0
+
+
+def local_rank() -> int | None:
+    """torchrun's ``$LOCAL_RANK``: this process's rank on its node (None: not set)."""
+    return _int_env("LOCAL_RANK")
+
+
+def local_world_size() -> int:
+    """torchrun's ``$LOCAL_WORLD_SIZE``: the job's processes on this node (1: not set)."""
+    return max(1, _int_env("LOCAL_WORLD_SIZE") or 1)
+
+
+def torchrun_job() -> str:
+    """The job's name from ``$MASTER_ADDR``, ``$MASTER_PORT``, ``$TORCHELASTIC_RUN_ID`` ("":
+    not under torchrun): a node's ranks of one job share its cores under it."""
+    parts = [_env(k) for k in ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")]
+    return "|".join(parts) if any(parts) else ""
+
+
+def torchrun_place(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`TORCHRUN_PLACE`'s variables in this process (or ``environ``); a RuntimeError names
+    one not set."""
+    env = os.environ if environ is None else environ
+    out = {name: env.get(name, default) for name, default in TORCHRUN_PLACE.items()}
+    for name, value in out.items():
+        if value is None:
+            raise RuntimeError(
+                f"this needs torchrun's environment: ${name} is not set (start the job with "
+                f"torchrun, or set {', '.join(TORCHRUN_PLACE)})"
+            )
+    return out
+
+
+def ray_address() -> str | None:
+    """``$RAY_ADDRESS``: the Ray cluster this environment names (None: none)."""
+    return _env("RAY_ADDRESS") or None
+
+
 # `unstall run` and `unstall analyze` -------------------------------------------------------
 def run_dir() -> str:
     """``$UNSTALL_RUN_DIR``: where an ``unstall run``'s processes write their reports."""
@@ -275,8 +344,7 @@ def run_dir() -> str:
 
 def run_root() -> int | None:
     """``$UNSTALL_RUN_ROOT``: the pid of the run's root process (None: unset or not a number)."""
-    value = _env("UNSTALL_RUN_ROOT")
-    return int(value) if value.isdigit() else None
+    return _int_env("UNSTALL_RUN_ROOT")
 
 
 def run_json() -> str:
@@ -325,7 +393,6 @@ def environment(values: dict[str, str]) -> Iterator[None]:
         yield
     finally:
         for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
+            os.environ.pop(name, None)
+            if value is not None:
                 os.environ[name] = value

@@ -25,9 +25,10 @@ from unstall.analysis.recommend.auto import (
     price,
     settle,
     window_at,
-    with_auto,
 )
+from unstall.analysis.recommend.option import Job, replaced
 from unstall.analysis.recommend.search import recommend
+from unstall.analysis.report.words import row, undone_text
 from unstall.loader.autotune import AutoTuner
 from unstall.loader.autotune.policy import FIRST_WINDOW_S, START_WORKERS, WARMUP_ROUNDS
 
@@ -41,22 +42,28 @@ def rates(cores: float, *, io_s: float = 0.0, proc_s: float = 0.0) -> Rates:
     return Rates(2000.0, 0.004, cores, 1.0, 1e12, io_s, proc_cpu_s=proc_s)
 
 
-def row_of(r: Rates, workers: int, node_cores: int, **kw) -> dict:
+def option_of(r: Rates, workers: int, node_cores: int, **kw):
+    """The ``auto`` option for a job of ``workers`` on ``node_cores``, and the search's
+    recommendation it is priced against."""
     base = Config(workers=workers, batch_size=8)
     measured = kw.pop("measured", predict(r, base).samples_per_s)
     rec = recommend(r, base, 4096, measured, cache_room_bytes=None)
     over = {"oversubscribed": workers > node_cores, "cores": node_cores}
-    return auto_row(
-        r,
-        base,
+    job = Job(r, base, measured, unknown=kw.pop("unknown", {}))
+    o = auto_row(
+        job,
         rec,
-        measured=measured,
         horizon_s=kw.pop("horizon_s", 20.0),
         node_cores=node_cores,
-        unknown=kw.pop("unknown", {}),
         oversubscription=over,
         **kw,
     )
+    return o, rec
+
+
+def row_of(r: Rates, workers: int, node_cores: int, **kw) -> dict:
+    """The ``auto`` row as the report shows it."""
+    return row(option_of(r, workers, node_cores, **kw)[0])
 
 
 def test_oversubscribed_job_settles_at_the_cores_and_auto_is_recommended():
@@ -160,7 +167,8 @@ def test_a_grow_that_pays_neither_way_is_undone():
     assert (s.path, s.batches, s.settled) == ([1, 2], [WARMUP_ROUNDS * 1 * 2 + 6], 2)
     assert s.whys == ["loop waits, cores free"] * 2
     assert (
-        s.undone
+        s.undone == ("grow", 3, 3)
+        and undone_text(s.undone)
         == "a grow to 3 would neither raise the rate 1.05x nor halve the loop's wait: undone"
     )
     # 10 batches at 250/s, not 375/s; 2 and 3 workers run at the settled rate; prefetched
@@ -177,13 +185,13 @@ def test_unmeasured_prep_is_not_priced():
 def test_recommendation_as_auto_keeps_the_fixed_one_beside_it():
     r = rates(2.0)
     base = Config(workers=8, batch_size=8)
-    rec = recommend(r, base, 4096, 480.0, cache_room_bytes=None)
-    row = row_of(r, 8, 2, measured=480.0)
-    out = with_auto(rec, row, rec["predicted_current_samples_per_s"])
+    o, rec = option_of(r, 8, 2, measured=480.0)
+    assert rec == recommend(r, base, 4096, 480.0, cache_room_bytes=None)
+    out = replaced(rec, o)
     assert out["kwargs"] == {"num_workers": "auto"} and out["changed"] is True
-    assert out["config"] == "workers=auto(2),cache=0"
-    assert out["predicted_samples_per_s"] == row["predicted_samples_per_s"]
-    assert out["fixed"]["kwargs"] == rec["kwargs"]
+    assert out["config"] == "workers=auto(2),cache=0" and out["remedy"] == "auto"
+    assert out["predicted_samples_per_s"] == o.predicted == 495.2
+    assert out["instead"]["kwargs"] == rec["kwargs"]
     assert out["auto"]["settles_on"] == 2 and "why_unchanged" not in out
 
 
@@ -221,7 +229,7 @@ def test_oversubscribed_script_gets_auto_priced_applied_and_verified(tmp_path):
     else:
         assert rec["kwargs"] == {"num_workers": "auto"}, rec
         assert rec["predicted_samples_per_s"] == row["predicted_samples_per_s"]
-        assert rec["fixed"]["kwargs"] == row["best_fixed"]["kwargs"]
+        assert rec["instead"]["kwargs"] == row["best_fixed"]["kwargs"]
         config = tmp_path / "html" / "recommendation.json"
         assert json.loads(config.read_text())["kwargs"] == {"num_workers": "auto"}
         # verified: run under the file's settings, the tuner's walk reported, and no slower

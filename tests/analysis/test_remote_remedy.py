@@ -12,9 +12,11 @@ import torch
 from unstall.analysis.measure.wire import wire_probe
 from unstall.analysis.model.predict import Config
 from unstall.analysis.rates.result import Rates
-from unstall.analysis.recommend.remedies import remedies
-from unstall.analysis.recommend.remote import remote_row
+from unstall.analysis.recommend import remote
+from unstall.analysis.recommend.option import Job
+from unstall.analysis.recommend.remedies import Seen, remedies
 from unstall.analysis.report.terminal import remote_text
+from unstall.analysis.report.words import row
 from unstall.remote import Remote
 
 BASE = Config(workers=4, batch_size=10)
@@ -27,6 +29,11 @@ WIRE = {
     "receive_cpu_s_per_sample": 0.0003,
     "repeats": 5,
 }
+
+
+def remote_row(rates: Rates, base: Config, measured: float, wire, **kw) -> dict:
+    """The ``remote`` row as the report shows it."""
+    return row(remote.remote_row(Job(rates, base, measured), wire, **kw))
 
 
 def test_remote_workers_to_the_models_rate_without_a_transfer_measured() -> None:
@@ -100,12 +107,12 @@ def test_no_remote_worker_where_the_local_ones_reach_the_cap() -> None:
 
 def test_listed_for_a_prep_bound_job_only() -> None:
     rates = Rates(950.0, **PREP)
-    kw = dict(measured=400.0, probe=None, unknown={}, wire=WIRE)
-    prep = remedies(rates, BASE, bottleneck="prep", **kw)
-    assert [r["remedy"] for r in prep][-1] == "remote"
-    assert "remote" not in [r["remedy"] for r in remedies(rates, BASE, bottleneck="fetch", **kw)]
+    seen = Seen(wire=WIRE)
+    prep = remedies(Job(rates, BASE, 400.0, "prep"), seen)
+    assert [o.remedy for o in prep][-1] == "remote"
+    assert "remote" not in [o.remedy for o in remedies(Job(rates, BASE, 400.0, "fetch"), seen)]
     unknown = {"prep": "not measured"}
-    assert remedies(rates, BASE, bottleneck="prep", **{**kw, "unknown": unknown}) == []
+    assert remedies(Job(rates, BASE, 400.0, "prep", unknown), seen) == []
 
 
 def test_wire_probe_on_a_batch() -> None:

@@ -131,7 +131,7 @@ def test_auto_row_is_priced_on_the_page(report, tmp_path):
 
 
 def _cache(report: dict) -> dict:
-    cache = report["recommendation"].get("fixed", report["recommendation"])["kwargs"].get("cache")
+    cache = report["recommendation"].get("instead", report["recommendation"])["kwargs"].get("cache")
     return {"cache": cache} if cache else {}
 
 

@@ -9,10 +9,11 @@ from types import SimpleNamespace
 from tests.conftest import write_jpegs
 from unstall.analysis.measure.lean import job_samples, lean_probe
 from unstall.analysis.model.predict import Config, prep_capacity
+from unstall.analysis.model.stage import delivered_floor, model_of
 from unstall.analysis.rates.result import Rates
-from unstall.analysis.rates.script import delivered_floor
-from unstall.analysis.recommend.remedies import LEAN_APPLIES, with_lean
+from unstall.analysis.recommend.option import Option, choose, option
 from unstall.analysis.recommend.stage import unpriced_if_short
+from unstall.analysis.report.words import row
 
 REC = {
     "kwargs": {"num_workers": 2},
@@ -26,25 +27,27 @@ REC = {
 }
 
 
-def _lean(predicted: float | None) -> dict:
-    return {
-        "remedy": "lean",
-        "predicted_samples_per_s": predicted,
-        "applies": LEAN_APPLIES,
-        "config": {"kwargs": {"prep": "lean"}},
-    }
+def _lean(predicted: float | None) -> Option:
+    """The lean remedy for a recognized torchvision pipeline: a config at the job's 2 workers."""
+    config = {"kwargs": {"num_workers": 2, "prep": "lean"}}
+    why = None if predicted else "no_jpegs"
+    return option("lean", 290.0, predicted, config=config, unpriced=why, adapt="ImageFolder")
 
 
 def test_lean_becomes_the_recommendation_where_it_pays() -> None:
-    rec = with_lean(REC, _lean(900.0), workers=2)
+    rec = choose(REC, [_lean(900.0)])
     assert rec["kwargs"] == {"num_workers": 2, "prep": "lean"} and rec["changed"]
     assert rec["predicted_samples_per_s"] == 900.0 and rec["predicted_speedup"] == 3.0
     assert "why_unchanged" not in rec and rec["instead"]["kwargs"] == {"num_workers": 2}
+    assert rec["remedy"] == "lean" and "edit" not in rec and "not_chosen" not in rec
 
 
 def test_lean_is_not_recommended_where_it_does_not_pay_or_is_unpriced() -> None:
-    assert with_lean(REC, _lean(310.0), workers=2) is REC  # under 1.1x the best
-    assert with_lean(REC, _lean(None), workers=2) is REC
+    rec = choose(REC, [_lean(310.0)])  # under 1.1x the best: said, not taken
+    assert {k: v for k, v in rec.items() if k != "not_chosen"} == REC
+    assert rec["not_chosen"] == [{"remedy": "lean", "predicted_speedup": 1.07, "reason": "gain"}]
+    assert choose(REC, [_lean(None)]) is REC
+    assert choose(REC, [_lean(305.0)]) is REC  # within the search's 3 %: not priced higher
 
 
 def _measurement(workers: int, batch: int) -> SimpleNamespace:
@@ -66,12 +69,13 @@ def test_p_is_never_under_the_delivered_rate() -> None:
 
 def test_auto_is_not_priced_over_a_window_too_short() -> None:
     """The H200 case: settled at ~5,000/s, priced at 56/s over a 0.2 s window."""
-    auto = {"remedy": "auto", "what": "w", "applies": "a", "config": {}, "recommended": True,
-            "predicted_samples_per_s": 56.0, "predicted_speedup": 0.01,
-            "settling": {"seconds_lost": 17.6, "priced_over_s": 0.2}}  # fmt: skip
+    auto = option("auto", 5000.0, 56.0, config={"kwargs": {"num_workers": "auto"}},
+                  settling={"seconds_lost": 17.6, "priced_over_s": 0.2}, why="fragile")  # fmt: skip
     short = unpriced_if_short(auto, 0.2)
-    assert short["predicted_samples_per_s"] is None and not short["recommended"]
-    assert "0.2 s" in short["not_measured"] and "settling" not in short
+    assert short.predicted is None and not short.eligible and "settling" not in short.facts
+    shown = row(short)
+    assert "0.2 s" in shown["not_measured"] and "17.6 s" in shown["not_measured"]
+    assert shown["recommended"] is False and shown["config"] == auto.config
     assert unpriced_if_short(auto, 20.0) is auto
 
 
@@ -128,7 +132,7 @@ def test_data_mode_p_is_never_under_the_delivered_rate_either() -> None:
         split=False,
         cached_how="",
     )
-    d = derive_workload(m)
+    d = model_of(derive_workload(m)).derived  # the model stage floors P
     base = Config.of_job(m)
     assert prep_capacity(d.rates, base) >= 400.0 - 1.0
     assert [n for n in d.notes if "delivered 400 samples/s" in n], d.notes

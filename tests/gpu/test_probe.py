@@ -8,7 +8,9 @@ import torch
 from tests.conftest import write_jpegs
 from unstall.analysis.model.predict import Config
 from unstall.analysis.rates.result import Rates
-from unstall.analysis.recommend.remedies import remedies
+from unstall.analysis.recommend.option import Job
+from unstall.analysis.recommend.remedies import Seen, remedies
+from unstall.analysis.report.words import row
 from unstall.gpu import gpu_prep_rate
 from unstall.gpu.engine import ENGINE_ENV
 
@@ -45,17 +47,18 @@ def test_the_gpu_remedy_is_priced_only_from_a_measured_rate():
     rates = Rates(ingestion=5000.0, prep_cpu_s=0.004, cores=8, sample_bytes=1e5,
                   bandwidth=1e10, latency_s=0.0)  # fmt: skip
     base = Config(workers=8, batch_size=256, inflight=16)
-    kw = {"bottleneck": "prep", "measured": 2000.0, "probe": None, "unknown": {}}
+    job = Job(rates, base, 2000.0, "prep")
     decoder = "DALI 2.4.0 (mixed: hardware JPEG decoder, else nvJPEG)"
     probe = {"gpu_per_s": 2500.0, "engine": decoder, "samples": 256, "batch_size": 64}
-    gpu = next(r for r in remedies(rates, base, cuda=True, decoder=decoder, gpu_probe=probe, **kw)
-               if r["remedy"] == "gpu")  # fmt: skip
+
+    def gpu_row(**seen) -> dict:
+        return next(row(o) for o in remedies(job, Seen(**seen)) if o.remedy == "gpu")
+
+    gpu = gpu_row(cuda=True, decoder=decoder, gpu=probe)
     assert gpu["predicted_samples_per_s"] == 4500.0 and gpu["probe"] == probe  # 2,000 + 2,500
     probe["gpu_per_s"] = 9000.0  # together past the model's own rate: capped by G
-    gpu = next(r for r in remedies(rates, base, cuda=True, decoder=decoder, gpu_probe=probe, **kw)
-               if r["remedy"] == "gpu")  # fmt: skip
+    gpu = gpu_row(cuda=True, decoder=decoder, gpu=probe)
     assert gpu["predicted_samples_per_s"] <= 5000.0
     for cuda, dec in ((False, decoder), (True, None), (True, decoder)):
-        gpu = next(r for r in remedies(rates, base, cuda=cuda, decoder=dec, **kw)
-                   if r["remedy"] == "gpu")  # fmt: skip
+        gpu = gpu_row(cuda=cuda, decoder=dec)
         assert gpu["predicted_samples_per_s"] is None and "not measured" in gpu["not_measured"]

@@ -8,13 +8,16 @@ direction, a sub-package per stage, each reading only the result of the one befo
   unchanged script (`measure.script`: its agent, runner, time-out and verification);
 - `rates` -> `Derived`: rates G, P's figures, F; stall shares; what the stalls show;
 - `model` -> `Analysis`: the what-if model priced on them; P, the bottleneck, the table;
-- `recommend` -> `Advice`: the loader settings to use and the remedies, priced;
-- `report`: the report as data (JSON), terminal tables, HTML, Chrome trace.
+- `recommend` -> `Advice`: every option priced (one `Option` type: the loader setting
+  searched, the remedies, ``num_workers="auto"``) and the recommendation chosen among them;
+- `report`: the report as data (JSON), terminal tables, HTML, Chrome trace, and every
+  sentence about the options.
 
 `pipeline` runs them in order. A stage reads the result of the one before (and the
 types and constants of earlier ones); it calls no earlier stage's functions, except
 that the recommend stage prices its candidates with the model's `predict`. Nothing
-after `measure` measures; the report computes nothing, it lays out.
+after `measure` measures; the report prices nothing, it lays out (and chooses what to show:
+a fetch stall only where fetch can limit the rate, a curve only where it moves).
 """
 
 from unstall.analysis.measure.workload import Workload

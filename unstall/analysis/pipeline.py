@@ -129,6 +129,7 @@ def analyze_script(
     """
     from unstall.analysis.measure.script.verify import verify_recommendation
     from unstall.analysis.progress import progress_bar
+    from unstall.analysis.recommend.option import applied
 
     window = window_of(
         quick=quick, warmup=warmup, steps=steps, min_s=min_s, timeout_s=run_timeout_s
@@ -155,7 +156,8 @@ def analyze_script(
         if verify:
             bar.update(task, description="verifying the recommendation")
             before = round(a.derived.measured, 2)
-            verified = verify_recommendation(command, advice.recommendation, before, window)
+            rec = applied(advice.recommendation)  # an edit of the script is not run here
+            verified = verify_recommendation(command, rec, before, window)
             bar.update(task, advance=1)
     report = build_report(advice, html_dir=html_dir, verified=verified)
     if html_dir is not None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import os
 import platform
 import statistics
 import time
@@ -17,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from unstall import machine
 from unstall.models.simulated import SimulatedAccelerator
 
 
@@ -135,7 +135,7 @@ def machine_info() -> dict[str, Any]:
     import torch
 
     return {
-        "cpus": os.cpu_count(),
+        "cpus": machine.cpus_installed(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "platform": platform.platform(),

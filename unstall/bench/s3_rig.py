@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from unstall import machine
 from unstall.testing import DelayProxy, SeaweedServer
 
 BUCKET = "unstall-bench"
@@ -98,7 +99,7 @@ def split_cpus() -> tuple[set[int], set[int]] | None:
 
     None with fewer than 2 cores. On this 2-core machine that is one core each.
     """
-    cpus = sorted(os.sched_getaffinity(0))
+    cpus = sorted(machine.cpu_set())
     return (set(cpus[:-1]), {cpus[-1]}) if len(cpus) >= 2 else None
 
 
@@ -109,7 +110,7 @@ def pinned(cpus_of: dict[int, set[int]]) -> Iterator[None]:
     Threads and processes started meanwhile inherit their creator's cores (forked
     loader workers, new server threads); all threads get the old cores back after.
     """
-    before = {pid: os.sched_getaffinity(pid) for pid in cpus_of}
+    before = {pid: machine.cpu_set(pid) for pid in cpus_of}
     try:
         for pid, cpus in cpus_of.items():
             _set_all(pid, cpus)

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from unstall import machine
 from unstall.bench.harness import BenchResult
 
 DESCRIPTION = (
@@ -310,7 +311,7 @@ def run(
             "pairs' ratios, in run order: " + ", ".join(f"{r:.2f}" for r in s["pair_ratios"]),
             f"cores other processes kept busy during the runs: median "
             f"{statistics.median(others):.2f}, most {max(others):.2f} (of the machine's "
-            f"{os.cpu_count()})",
+            f"{machine.cpus_installed()})",
         ]
         + (
             [

@@ -10,7 +10,6 @@ on ``MASTER_ADDR`` at ``$UNSTALL_PEER_STORE_PORT`` (default ``MASTER_PORT + 1``)
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import socket
 from dataclasses import dataclass
@@ -46,36 +45,16 @@ class NodeEnv:
 
 def node_env(environ: Any = None) -> NodeEnv:
     """Read torchrun's variables; a clear error names the one missing or wrong."""
-    env = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    for name, default in (
-        ("RANK", None),
-        ("WORLD_SIZE", None),
-        ("LOCAL_RANK", "0"),
-        ("LOCAL_WORLD_SIZE", "1"),
-        ("MASTER_ADDR", None),
-        ("MASTER_PORT", None),
-    ):
-        raw = env.get(name, default)
-        if raw is None:
-            raise RuntimeError(
-                f"unstall.Peers needs torchrun's environment: ${name} is not set "
-                "(start the job with torchrun, or set RANK, WORLD_SIZE, LOCAL_RANK, "
-                "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT)"
-            )
-        values[name] = raw
     try:
-        ints = {k: int(v) for k, v in values.items() if k != "MASTER_ADDR"}
+        values = machine.torchrun_place(environ)
+    except RuntimeError as exc:
+        raise RuntimeError(f"unstall.Peers: {exc}") from None
+    fields = {name.lower(): value for name, value in values.items()}  # NodeEnv's names
+    try:
+        ints = {k: int(v) for k, v in fields.items() if k != "master_addr"}
     except ValueError as exc:
         raise RuntimeError(f"torchrun variable is not an integer: {exc}") from None
-    out = NodeEnv(
-        rank=ints["RANK"],
-        world_size=ints["WORLD_SIZE"],
-        local_rank=ints["LOCAL_RANK"],
-        local_world_size=ints["LOCAL_WORLD_SIZE"],
-        master_addr=values["MASTER_ADDR"],
-        master_port=ints["MASTER_PORT"],
-    )
+    out = NodeEnv(**{**fields, **ints})
     if out.world_size % out.local_world_size:
         raise RuntimeError(
             f"WORLD_SIZE={out.world_size} is not a multiple of LOCAL_WORLD_SIZE="

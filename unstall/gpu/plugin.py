@@ -8,11 +8,11 @@ and the registry imports this module, which registers `stage_parts`, on first us
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import torch
 
+from unstall import machine
 from unstall.gpu.controller import ShareController
 from unstall.gpu.engine import available_decoder, decoder_choice, pick_engine
 from unstall.gpu.hybrid import HybridPrep
@@ -67,7 +67,7 @@ def decoder_tuner(engine: Any, device: torch.device) -> DecoderTuner | None:
     if device.type != "cuda" or settings.get("dali_hw_decoder_load") is None:
         return None
     start = Setting(settings["dali_hw_decoder_load"], settings["dali_threads"])
-    most = max(start.threads, (os.cpu_count() or 1) // 2)  # the CPU workers need the rest
+    most = max(start.threads, machine.cores_available() // 2)  # the CPU workers need the rest
     return DecoderTuner(start, max_threads=most)
 
 

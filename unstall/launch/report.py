@@ -36,7 +36,7 @@ class _Watcher:
     def __init__(self) -> None:
         self.records: dict[int, dict[str, Any]] = {}  # loader number -> its summary
         self.live: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        self.rank: int | None = None  # torch.distributed's rank, once it has one
+        self.rank: int | None = None  # the rank, torch.distributed's once it has one
 
     def created(self, loader: Any) -> None:
         if not self.records:
@@ -44,7 +44,7 @@ class _Watcher:
         number = len(self.records)
         self.live[loader] = number
         self.records[number] = describe(loader, number)
-        self.rank = _dist_rank(self.rank)
+        self.rank = machine.rank_if_any(self.rank)
 
     def batch(self, loader: Any, wait_s: float, samples: int | None = None) -> None:
         pass
@@ -53,7 +53,7 @@ class _Watcher:
         number = self.live.get(loader)
         if number is not None:
             self.records[number] = describe(loader, number)
-        self.rank = _dist_rank(self.rank)
+        self.rank = machine.rank_if_any(self.rank)
 
     def refresh(self) -> list[dict[str, Any]]:
         for loader, number in list(self.live.items()):
@@ -188,11 +188,10 @@ def write_own() -> None:
 
     end_open_epochs()  # an iterator kept to the end: its epoch ends with the program
     used, folded = fold(_watcher.refresh())
-    rank = _env_int("RANK")
     doc = {
         "pid": os.getpid(),
-        "rank": rank if rank is not None else _dist_rank(_watcher.rank),
-        "local_rank": _env_int("LOCAL_RANK"),
+        "rank": machine.rank_if_any(_watcher.rank),
+        "local_rank": machine.local_rank(),
         "argv": sys.argv,
         "process_wall_s": round(time.time() - _START, 3),
         "loaders": used,
@@ -321,19 +320,3 @@ def _epochs(row: dict[str, Any]) -> str:
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
-
-
-def _dist_rank(known: int | None) -> int | None:
-    """torch.distributed's rank while a process group is up, else ``known``."""
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-    except Exception:  # a group being torn down
-        pass
-    return known
-
-
-def _env_int(name: str) -> int | None:
-    value = os.environ.get(name)
-    return int(value) if value and value.isdigit() else None

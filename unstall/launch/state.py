@@ -50,16 +50,7 @@ def _answer(signum: int, frame: Any) -> None:
 
 def report() -> str:
     """This process's loaders' state, headed by its pid and rank."""
+    from unstall import machine
     from unstall.loader.watchdog import describe_all
 
-    return f"unstall: state of pid {os.getpid()} (rank {rank()}):\n{describe_all()}"
-
-
-def rank() -> int:
-    """torch.distributed's rank when it runs, else ``$RANK``, else ``$LOCAL_RANK``, else 0."""
-    dist = sys.modules.get("torch.distributed")
-    with contextlib.suppress(RuntimeError, ValueError, AttributeError):
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-    env = os.environ
-    return int(env.get("RANK") or env.get("LOCAL_RANK") or 0)
+    return f"unstall: state of pid {os.getpid()} (rank {machine.rank()}):\n{describe_all()}"

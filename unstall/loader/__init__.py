@@ -12,8 +12,9 @@ Names load on first use: ``unstall run --config`` checks its file with
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from unstall.lazy import lazy_exports
 
 _HOMES = {
     "BatchTask": "unstall.loader.fetch",
@@ -31,13 +32,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'unstall.loader' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
 
 
 if TYPE_CHECKING:

@@ -9,11 +9,11 @@ launcher relies on its own, e.g. to checkpoint): the handlers in place are put b
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from typing import Any
 
+from unstall import machine
 from unstall.remote.settings import Remote
 
 log = logging.getLogger("unstall")
@@ -43,7 +43,7 @@ def join(remote: Remote) -> str:
         address = _address(ray)
         log.warning("unstall: remote workers on the Ray cluster this process joined (%s)", address)
         return address
-    address = remote.address or os.environ.get("RAY_ADDRESS")
+    address = remote.address or machine.ray_address()
     if not address:
         raise ValueError(
             "Remote(address=None) and $RAY_ADDRESS is unset: unstall joins a running Ray "

@@ -20,7 +20,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from unstall.loader.failures import add_note, is_task_error, mark_task_error
@@ -47,26 +47,30 @@ class Job:
     losses: int = 0
 
 
+@dataclass(eq=False)
 class EpochRun:
     """Who prepares each batch of one epoch, and the remote batches not yet handed out.
 
+    ``plan``: the epoch's batches from ``next_pull`` (its first) on, for ``owner``;
     ``local``: numbers of the batches torch's workers took, in order; ``jobs``: remote
     batches by number; ``arrived``: remote batches received, waiting for their turn;
     ``waiting``: jobs whose actor was lost, to send again.
     """
 
-    def __init__(self, plan: Iterator[Any], start: int, owner: Any):
-        self.plan = plan
-        self.owner = owner
-        self.next_pull = start
-        self.next_out = start
-        self.exhausted = False
-        self.closed = False
-        self.fallback = False  # no remote worker left: this epoch's batches are local
-        self.local: deque[int] = deque()
-        self.jobs: dict[int, Job] = {}
-        self.arrived: dict[int, Any] = {}
-        self.waiting: deque[Job] = deque()
+    plan: Iterator[Any]
+    next_pull: int
+    owner: Any
+    next_out: int = field(init=False)  # the next batch handed out: the first, at the start
+    exhausted: bool = False
+    closed: bool = False
+    fallback: bool = False  # no remote worker left: this epoch's batches are local
+    local: deque[int] = field(default_factory=deque)
+    jobs: dict[int, Job] = field(default_factory=dict)
+    arrived: dict[int, Any] = field(default_factory=dict)
+    waiting: deque[Job] = field(default_factory=deque)
+
+    def __post_init__(self) -> None:
+        self.next_out = self.next_pull
 
     # Pulling from the plan ----------------------------------------------------------
     def pull(self, *, local: bool) -> tuple[int, Any] | None:

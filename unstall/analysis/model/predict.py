@@ -175,3 +175,11 @@ def prep_capacity(rates: Rates, config: Config) -> float:
     the model's caps with the model and storage taken away (P)."""
     free = replace(rates, ingestion=math.inf, latency_s=0.0, bandwidth=math.inf)
     return predict(free, replace(config, cache=0.0)).samples_per_s
+
+
+def per_worker_rate(rates: Rates, base: Config) -> float:
+    """Samples/s one worker delivers by its measured time per sample (CPU + I/O), alone."""
+    per_sample = rates.prep_cpu_s + fetch_seconds_per_batch(rates, base, 0.0) / max(
+        1, base.batch_size
+    )
+    return 1.0 / per_sample if per_sample > 0 else 0.0

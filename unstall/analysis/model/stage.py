@@ -80,7 +80,9 @@ class Analysis:
 
 
 def model_of(d: Derived) -> Analysis:
-    """Price the measured job: P, the bottleneck, the model's check, the what-if table."""
+    """Price the measured job: P (never under what the workers delivered: `floored`), the
+    bottleneck, the model's check, the what-if table."""
+    d = floored(d)
     m = d.measurement
     base = Config.of_job(m)
     prep = None if "prep" in d.unknown else prep_capacity(d.rates, base)
@@ -112,3 +114,41 @@ def ask(a: Analysis, what_if: str | None) -> Analysis:
     config = parse_what_if(what_if, a.base_config)
     n = a.measurement.num_samples
     return replace(a, question=row(a.rates, config, n, asked=what_if))
+
+
+def floored(d: Derived) -> Derived:
+    """``d`` with P no lower than the rate its workers delivered (`delivered_floor`), where
+    their CPU per sample was measured; ``d`` itself where nothing changes."""
+    if "prep" in d.unknown:
+        return d
+    notes = list(d.notes)
+    rates = delivered_floor(d.rates, d.measurement, d.measured, notes)
+    if rates is d.rates:
+        return d
+    per_worker = 1.0 / rates.prep_cpu_s if rates.prep_cpu_s > 0 else None
+    return replace(d, rates=rates, notes=notes, prep_rate_per_worker=per_worker)
+
+
+def delivered_floor(rates: Rates, m: Measurement, measured: float, notes: list[str]) -> Rates:
+    """``rates`` whose P (the workers' capacity) is not under the rate they delivered.
+
+    The workers' CPU per sample comes from thread clocks, which count more than the
+    preparing (threads of a worker that wait spinning, a busy machine's accounting): where
+    it prices P under what the workers measurably delivered, P would be a contradiction and
+    every what-if row with it would under-predict, so the CPU per sample (with the training
+    process's shares) is scaled to the delivered rate, and a note says so.
+    """
+    base = Config.of_job(m)
+    if rates.prep_cpu_s <= 0 or measured <= 0:
+        return rates
+    p = prep_capacity(rates, base)
+    if p >= measured:
+        return rates
+    k = p / measured
+    notes.append(
+        f"the workers delivered {measured:,.0f} samples/s, more than their timed CPU per "
+        f"sample allows ({p:,.0f}/s): P is taken as at least the delivered rate"
+    )
+    fields = ("prep_cpu_s", "proc_cpu_s", "main_cpu_s", "loop_runq_load")  # the load as timed
+    scaled = {f: getattr(rates, f) * k for f in fields}
+    return replace(rates, **scaled)

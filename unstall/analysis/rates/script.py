@@ -231,7 +231,7 @@ def derive_script(m: Measurement) -> Derived:
             f"other processes used {d.cores_used_by_others:.1f} of {cores} cores during "
             "the measurement: the what-if prices the cores left"
         )
-    rates = delivered_floor(d.rates, m, d.measured, notes) if "prep" not in d.unknown else d.rates
+    rates = d.rates  # P no lower than the delivered rate: the model stage's floor
     files = m.extra.get("file_cache") or {}
     if files.get("applies") and files.get("files"):
         # the files the dataset lists: the file cache (issue 40) holds a fraction of their bytes
@@ -253,30 +253,3 @@ def derive_script(m: Measurement) -> Derived:
             **({"file_cache": files} if files else {}),
         },
     )
-
-
-def delivered_floor(rates: Rates, m: Measurement, measured: float, notes: list[str]) -> Rates:
-    """``rates`` whose P (the workers' capacity) is not under the rate they delivered.
-
-    The workers' CPU per sample comes from thread clocks, which count more than the
-    preparing (threads of a worker that wait spinning, a busy machine's accounting): where
-    it prices P under what the workers measurably delivered, P would be a contradiction and
-    every what-if row with it would under-predict, so the CPU per sample (with the training
-    process's shares) is scaled to the delivered rate, and a note says so.
-    """
-    from unstall.analysis.model.predict import Config, prep_capacity
-
-    base = Config.of_job(m)
-    if rates.prep_cpu_s <= 0 or measured <= 0:
-        return rates
-    p = prep_capacity(rates, base)
-    if p >= measured:
-        return rates
-    k = p / measured
-    notes.append(
-        f"the workers delivered {measured:,.0f} samples/s, more than their timed CPU per "
-        f"sample allows ({p:,.0f}/s): P is taken as at least the delivered rate"
-    )
-    fields = ("prep_cpu_s", "proc_cpu_s", "main_cpu_s", "loop_runq_load")  # the load as timed
-    scaled = {f: getattr(rates, f) * k for f in fields}
-    return replace(rates, **scaled)

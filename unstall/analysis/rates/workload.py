@@ -16,7 +16,6 @@ import math
 from unstall.analysis.measure.result import Measurement
 from unstall.analysis.measure.runs import Run
 from unstall.analysis.rates.result import Derived, Rates
-from unstall.analysis.rates.script import delivered_floor
 
 #: Below this share of stall in the cold run the job is compute-bound.
 COMPUTE_BOUND = 0.10
@@ -35,8 +34,6 @@ def derive_workload(m: Measurement) -> Derived:
             unknown["fetch"] = "no I/O wait seen: the workers were computing the whole time"
     measured = m.runs["cold"].samples_per_s
     notes = list(m.notes)
-    # as in script mode: P is never under what the workers delivered (issue 49)
-    rates = delivered_floor(rates, m, measured, notes)
     return Derived(
         measurement=m,
         rates=rates,

@@ -27,11 +27,10 @@ from typing import Any
 
 from unstall.analysis.model.predict import Config, Prediction, fetch_seconds_per_batch, predict
 from unstall.analysis.rates.result import Rates
+from unstall.analysis.recommend.option import Job, Option, option
 from unstall.loader.autotune import AUTO, Budget, Window, policy
 from unstall.loader.autotune.policy import (
-    GAIN,
     GROW_UNDONE,
-    START_WORKERS,
     WINDOW_BATCHES,
     WINDOW_S,
     undoes,
@@ -58,7 +57,9 @@ class Settling:
         settled: the count it stays at; ``prediction`` its predicted rate.
         lost_s: seconds those batches and the remade prefetched ones cost against the
             settled pool's rate.
-        undone: why the walk ended on an undone change (None: the rule asked for nothing).
+        undone: why the walk ended on an undone change, (``"grow"`` or ``"shrink"``, the
+            count it would have run, again), or (``"alternates"``, the two counts it would
+            alternate between); None: the rule asked for nothing.
         whys: why each change of ``path`` (and each undone one) was asked.
         walk: every count the tuner runs in order, undone changes included.
     """
@@ -68,7 +69,7 @@ class Settling:
     settled: int
     prediction: Prediction
     lost_s: float
-    undone: str | None = None
+    undone: tuple[str, int, int] | None = None
     whys: list[str] = field(default_factory=list)
     walk: list[int] = field(default_factory=list)
 
@@ -130,7 +131,7 @@ def settle(
 ) -> Settling:
     """Where ``num_workers="auto"`` would settle on this job, and the walk there."""
     r = max(1, ranks)
-    start = max(1, min(START_WORKERS, node_cores, node_cores // r or 1))
+    start = policy.start_workers(node_cores, r)
     at = lambda n: replace(base, workers=n)  # noqa: E731
     path, batches, whys = [start], [], []
     lost_batches: list[tuple[int, int]] = []  # (pool, batches) spent before each change
@@ -151,17 +152,12 @@ def settle(
         if undoes(d):  # the window judging the change to n: it did not pay
             path.pop()
             batches.pop()
-            undone = (
-                f"a grow to {n} would neither raise the rate {GAIN:g}x nor halve the loop's "
-                "wait: undone"
-                if d.why == GROW_UNDONE
-                else f"a shrink to {n} would make the loop wait: undone"
-            )
+            undone = ("grow" if d.why == GROW_UNDONE else "shrink", n, n)
         elif d.workers in path:
             # the rule would go back to a count it left: it alternates between the two
             # (its budget moves with the rate); priced at the slower of them
             slower = min((n, d.workers), key=lambda k: predict(rates, at(k)).samples_per_s)
-            undone = f"alternates between {min(n, d.workers)} and {max(n, d.workers)} workers"
+            undone = ("alternates", min(n, d.workers), max(n, d.workers))
             whys.append(d.why)
             if slower != n:
                 lost_batches.append((n, spent))
@@ -219,75 +215,52 @@ def fragile(
     node_cores: int,
     ranks: int,
     others: float,
-) -> list[str]:
-    """Why a fixed ``num_workers`` is fragile on this job (empty: it is not)."""
-    out = []
+) -> list[dict[str, Any]]:
+    """Why a fixed ``num_workers`` is fragile on this job, each a reason (``why``) and its
+    figures (empty: it is not)."""
+    out: list[dict[str, Any]] = []
     over = oversubscription or {}
     if over.get("oversubscribed") or base.workers > node_cores:
         share = over.get("worker_runq_share")
         out.append(
-            f"oversubscribed: the job asks {base.workers} workers of {node_cores} cores"
-            + (f" (they waited for a core {share:.0%} of their time)" if share else "")
-            + "; a fixed count is right for one machine only"
+            {"why": "oversubscribed", "workers": base.workers, "cores": node_cores, "runq": share}
         )
     if ranks > 1:
-        out.append(f"{ranks} ranks share this node: each fixed pool takes cores the others need")
+        out.append({"why": "ranks", "ranks": ranks})
     if others > 0:
-        out.append(
-            f"other processes kept {others:.1f} cores busy while it was measured: the cores "
-            "left to the workers change"
-        )
+        out.append({"why": "others", "cores": round(others, 1)})
     if best.workers != base.workers and best.workers == int(rates.cores):
-        out.append(
-            f"the best fixed count is this machine's {best.workers} cores: another machine "
-            "needs another count"
-        )
+        out.append({"why": "all_cores", "workers": best.workers})
     return out
 
 
 def auto_row(
-    rates: Rates,
-    base: Config,
+    job: Job,
     rec: dict[str, Any],
     *,
-    measured: float,
     horizon_s: float,
     node_cores: int,
-    unknown: dict[str, str],
     prefetch: int = 2,
     ranks: int = 1,
     others: float = 0.0,
     oversubscription: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> Option:
     """The ``"auto"`` row: its price against the best fixed setting ``rec`` (the search's
-    recommendation), whether it is recommended, and the config that applies it.
+    recommendation), whether its rule recommends it (``eligible``; ``why``: the verdict's
+    key), and the config that applies it.
 
     ``horizon_s``: the run the price is over, in seconds (the measured window's length:
     what ``--verify`` measures); the settled rate is given beside it."""
+    rates, base, measured = job.rates, job.base, job.measured
     kwargs: dict[str, Any] = {"num_workers": AUTO}
     if rec["kwargs"].get("cache"):
         kwargs["cache"] = rec["kwargs"]["cache"]
-    row: dict[str, Any] = {
-        "remedy": "auto",
-        "what": "DataLoader(num_workers='auto'): the loader sizes its pool while the job runs "
-        f"(starts at {min(START_WORKERS, node_cores)}, grows while the loop waits and cores "
-        "are free, shrinks when workers idle, keeps watching)",
-        "applies": 'unstall run --config FILE, FILE holding {"kwargs": {"num_workers": '
-        '"auto"}} (no edit of the script)',
-        "config": {"kwargs": kwargs},
-        "recommended": False,
-    }
-    if "prep" in unknown:
-        return {
-            **row,
-            "predicted_samples_per_s": None,
-            "predicted_speedup": None,
-            "not_measured": f"not priced: {unknown['prep']}",
-        }
+    first = {"config": {"kwargs": kwargs}, "start": policy.start_workers(node_cores)}
+    if "prep" in job.unknown:
+        reason = job.unknown["prep"]
+        return option("auto", measured, unpriced="unknown", eligible=False, reason=reason, **first)
     cache = float(rec["kwargs"].get("cache") or 0.0)
     at = replace(base, cache=cache)
-    s = settle(rates, at, node_cores=node_cores, prefetch=prefetch, ranks=ranks, others=others)
-    predicted = price(s, horizon_s)
     best = replace(at, workers=int(rec["kwargs"]["num_workers"]))
     fixed = predict(rates, best).samples_per_s
     # model against model (the job as it is, the best fixed setting); never below the
@@ -302,62 +275,36 @@ def auto_row(
         ranks=ranks,
         others=others,
     )
+    s = settle(rates, at, node_cores=node_cores, prefetch=prefetch, ranks=ranks, others=others)
+    predicted = price(s, horizon_s)
     close = predicted >= (1 - MARGIN) * max(fixed, current)
     recommended = bool(reasons) and close and round(predicted, 1) >= round(measured, 1)
-    if recommended:
-        why = f"within {MARGIN:.0%} of the best fixed setting, which is fragile: " + "; ".join(
-            reasons
-        )
-    elif not reasons:
-        why = "a fixed count is not fragile on this job: the fixed recommendation stands"
-    elif not close:
-        why = f"more than {MARGIN:.0%} below the best fixed setting's prediction (or the job's)"
-    else:
-        why = "predicted slower than the job as it is"
-    return {
-        **row,
-        "predicted_samples_per_s": round(predicted, 1),
-        "predicted_speedup": round(predicted / measured, 2) if measured else None,
-        "recommended": recommended,
-        "why": why,
-        "fragile": reasons,
-        "settles_on": s.settled,
-        "settled_samples_per_s": round(s.prediction.samples_per_s, 1),
-        "settling": {
+    why = (
+        "fragile"
+        if recommended
+        else "not_fragile"
+        if not reasons
+        else "below_fixed"
+        if not close
+        else "below_job"
+    )
+    return option(
+        "auto",
+        measured,
+        predicted,
+        eligible=recommended,
+        why=why,
+        fragile=reasons,
+        settles_on=s.settled,
+        settled_samples_per_s=round(s.prediction.samples_per_s, 1),
+        settling={
             "path": s.path,
             "batches": s.batches,
             "seconds_lost": round(s.lost_s, 3),
             "priced_over_s": round(horizon_s, 2),
-            **({"undone": s.undone} if s.undone else {}),
+            **({"undone": list(s.undone)} if s.undone else {}),
         },
-        "best_fixed": {
-            "kwargs": dict(rec["kwargs"]),
-            "predicted_samples_per_s": round(fixed, 1),
-        },
-        "bound": s.prediction.bound,
-    }
-
-
-def with_auto(rec: dict[str, Any], row: dict[str, Any], current: float) -> dict[str, Any]:
-    """The recommendation as ``"auto"`` (``row`` recommended it), the fixed one kept beside
-    it as ``fixed``."""
-    kwargs = row["config"]["kwargs"]
-    predicted = row["predicted_samples_per_s"]
-    label = f"workers=auto({row['settles_on']}),cache={float(kwargs.get('cache', 0.0)):g}"
-    fixed = {k: rec[k] for k in ("kwargs", "config", "predicted_samples_per_s") if k in rec}
-    out = {k: v for k, v in rec.items() if k != "why_unchanged"}
-    out.update(
-        kwargs=dict(kwargs),
-        config=label,
-        changed=True,
-        predicted_samples_per_s=predicted,
-        predicted_speedup=round(predicted / current, 3) if current > 0 else None,
-        bound=row["bound"],
-        auto={
-            "settles_on": row["settles_on"],
-            "settling": row["settling"],
-            "why": row["why"],
-        },
-        fixed=fixed,
+        best_fixed={"kwargs": dict(rec["kwargs"]), "predicted_samples_per_s": round(fixed, 1)},
+        bound=s.prediction.bound,
+        **first,
     )
-    return out

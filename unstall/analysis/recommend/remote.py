@@ -1,6 +1,6 @@
 """The ``remote`` remedy: N remote CPUs (Ray actors, `unstall.Remote`) for a prep-bound job.
 
-Priced from the job's measured rates (issue 45): each remote worker prepares batches on a
+Priced from the job's measured rates: each remote worker prepares batches on a
 CPU of its own at the job's measured CPU per sample (``prep_cpu_s``) plus its storage time
 per batch, as one local worker's serial path does; the job's local workers keep what they
 give now; the training process pays a receive for every sample (the batch's bytes copied
@@ -19,12 +19,11 @@ CPUs are a cluster's, which the analysis cannot see or reserve.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import replace
 from typing import Any
 
-from unstall.analysis.model.predict import Config, fetch_seconds_per_batch, predict
-from unstall.analysis.rates.result import Rates
+from unstall.analysis.model.predict import fetch_seconds_per_batch, predict
+from unstall.analysis.recommend.option import CLUSTER, Job, Option, option
 
 #: Remote workers priced at most (a job that needs more is said to, with this many priced).
 MAX_WORKERS = 1024
@@ -35,29 +34,26 @@ DEFAULT_BYTES_IN_FLIGHT = 2**30
 
 
 def remote_row(
-    rates: Rates,
-    base: Config,
-    measured: float,
+    job: Job,
     wire: dict[str, Any] | None,
     *,
     cluster: str | None = None,
     workers: int | None = None,
-) -> dict[str, Any]:
+) -> Option:
     """The ``remote`` row: how many remote workers (1 CPU each) bring the job to the lowest
     cap they cannot lift, and the rate predicted with them (``wire``: the job's batch as
     `unstall.analysis.measure.wire.wire_probe` measured it, None where no batch was seen;
     ``cluster``: the Ray cluster named where analyze ran, ``$RAY_ADDRESS``; ``workers``:
     the local workers the recommendation runs, which fill first, where not the job's)."""
-    local_workers = base.workers if workers is None else workers
-    base = replace(base, workers=local_workers)
-    what = "prepare batches on other machines too: N remote CPUs as Ray actors beside the "
-    what += "local workers (DataLoader(remote=unstall.Remote(workers=N)))"
+    rates, measured = job.rates, job.measured
+    local_workers = job.base.workers if workers is None else workers
+    base = replace(job.base, workers=local_workers)
     b = base.batch_size
     prep_batch = b * rates.prep_cpu_s  # a remote worker's own CPU: no core shared
     fetch_batch = fetch_seconds_per_batch(rates, base, 0.0)
     per_batch = max(prep_batch, fetch_batch) if base.prefetch else prep_batch + fetch_batch
     if per_batch <= 0:
-        return _unpriced(what, measured, "the job's measured time per sample is zero")
+        return option("remote", measured, unpriced="zero_time", needs=CLUSTER, cluster=cluster)
     per_worker = b / per_batch
     receive = wire["receive_cpu_s_per_sample"] if wire else 0.0
     trainer = replace(
@@ -96,10 +92,8 @@ def remote_row(
 
     local = total_at(0.0)
     if local >= cap * (1 - 1e-9):
-        return _unpriced(
-            what,
-            measured,
-            f"no remote worker pays: the local workers already reach the {_CAPS[bound]}",
+        return option(
+            "remote", measured, unpriced="local_reach", needs=CLUSTER, cluster=cluster, cap=bound
         )
     need = cap - free  # remote samples/s that bring the job to the cap
     if shared:  # ... and make up for the local workers' cores the process's receive takes
@@ -116,89 +110,37 @@ def remote_row(
         in_flight = n * TASKS_PER_WORKER * wire["bytes_per_sample"] * b
         if in_flight > DEFAULT_BYTES_IN_FLIGHT:
             settings["max_bytes_in_flight"] = _mib(in_flight)
-    row = {
-        "remedy": "remote",
-        "what": what.replace("N remote", f"{n} remote").replace("=N", f"={n}"),
-        "predicted_samples_per_s": round(predicted, 1),
-        "predicted_speedup": round(predicted / measured, 2) if measured else None,
-        "remote_workers": n,
-        "per_worker_samples_per_s": round(per_worker, 1),
-        "local_samples_per_s": round(local, 1),
-        "bound": bound,
-        "caps": {k: round(v, 1) for k, v in caps.items()},
-        "transfer": _transfer(wire, remote_share),
-        "assumed": "each remote CPU as fast as this node's (the job's measured CPU per sample "
-        "and storage time per batch); the network carries the bytes/s given; Ray's own cost "
-        "per object is not included",
-        "config": {"kwargs": {"num_workers": local_workers, "remote": settings}},
-        "applies": _applies(cluster, n),
-        "cluster": cluster,
-        "recommended": False,
-        "why_not_recommended": "remote CPUs are a Ray cluster's: the analysis cannot see "
-        "whether it has them free, so the remedy is priced, not chosen",
-    }
-    if wanted > MAX_WORKERS:
-        row["not_enough"] = f"{wanted} workers would reach the cap; priced at {MAX_WORKERS}"
-    return row
-
-
-#: What each cap the remote workers cannot lift is, in words.
-_CAPS = {
-    "compute": "model's own rate (G)",
-    "fetch": "storage's bandwidth",
-    "main": "training loop's own thread (hand-off and receive)",
-    "process": "cores the training process itself uses",
-}
+    return option(
+        "remote",
+        measured,
+        predicted,
+        config={"kwargs": {"num_workers": local_workers, "remote": settings}},
+        needs=CLUSTER,
+        bound=bound,
+        remote_workers=n,
+        per_worker_samples_per_s=round(per_worker, 1),
+        local_samples_per_s=round(local, 1),
+        caps={k: round(v, 1) for k, v in caps.items()},
+        transfer=_transfer(wire, remote_share),
+        cluster=cluster,
+        **({"wanted": wanted} if wanted > MAX_WORKERS else {}),
+    )
 
 
 def _transfer(wire: dict[str, Any] | None, remote_share: float) -> dict[str, Any]:
-    """The transfer the price includes: measured on one of the job's batches, or said not."""
+    """The transfer the price includes: measured on one of the job's batches (its receive,
+    the copy out of the object store, timed ``repeats`` times here, the median), or not
+    (then the price leaves the trainer's receive out: an upper bound)."""
     if not wire:
-        return {
-            "measured": False,
-            "why": "no batch of the job was seen to time the transfer on: priced without the "
-            "trainer's receive cost (an upper bound)",
-        }
+        return {"measured": False}
     return {
         "measured": True,
         "bytes_per_sample": round(wire["bytes_per_sample"], 1),
         "receive_cpu_ms_per_sample": round(wire["receive_cpu_s_per_sample"] * 1e3, 4),
         "network_mb_per_s": round(remote_share * wire["bytes_per_sample"] / 1e6, 1),
-        "how": f"one of the job's batches ({wire['samples']} samples, {wire['batch_bytes']:,} "
-        f"bytes as unstall.remote ships it), its receive (the copy out of the object store) "
-        f"timed {wire['repeats']} times on this machine, the median",
-    }
-
-
-def _applies(cluster: str | None, n: int) -> str:
-    where = (
-        f"the Ray cluster at RAY_ADDRESS={cluster}"
-        if cluster
-        else 'a Ray cluster, named by RAY_ADDRESS or "address" in the remote entry (none was '
-        "named where analyze ran)"
-    )
-    return (
-        f"unstall run --config FILE, FILE holding the config's remote entry (no edit of the "
-        f"script); needs {where} with {n} free CPUs, and pip install 'unstall[ray]' on the "
-        "trainer and the cluster's nodes"
-    )
-
-
-def _unpriced(what: str, measured: float, why: str) -> dict[str, Any]:
-    return {
-        "remedy": "remote",
-        "what": what,
-        "predicted_samples_per_s": None,
-        "predicted_speedup": None,
-        "not_applicable": why,
-        "recommended": False,
+        **{k: wire[k] for k in ("samples", "batch_bytes", "repeats")},
     }
 
 
 def _mib(nbytes: float) -> str:
     return f"{math.ceil(nbytes / 2**20)}MiB"
-
-
-def named_cluster() -> str | None:
-    """The Ray cluster this environment names (``$RAY_ADDRESS``), or None."""
-    return os.environ.get("RAY_ADDRESS") or None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from unstall.analysis.model.predict import Config, fetch_seconds_per_batch, predict
+from unstall.analysis.model.predict import Config, per_worker_rate, predict
 from unstall.analysis.model.whatif import CACHE_STEPS, worker_steps
 from unstall.analysis.rates.result import Rates
 
@@ -48,6 +48,7 @@ def recommend(
     """
     unknown = unknown or {}
     top_cache = max_cache_fraction(rates, num_samples, cache_room_bytes)
+    counts = worker_steps(rates.cores, base.workers)  # the pools this machine's cores allow
     current = predict(rates, base).samples_per_s
     floor = max(measured, current)
     options = [(current, base)]
@@ -56,7 +57,7 @@ def recommend(
         if "fetch" in unknown and rates.sample_bytes > 1.0:
             caches = [base.cache]
         per_worker = per_worker_rate(rates, base)
-        for w in worker_steps(rates.cores, base.workers):
+        for w in counts:
             if w < base.workers and (shared or w * per_worker < LOWER_MARGIN * measured):
                 continue  # no measured evidence that fewer workers keep the rate
             for c in caches:
@@ -94,14 +95,6 @@ def recommend(
 GAIN = 1.03
 #: Fewer workers only if they can, by their measured time per sample, do this much more.
 LOWER_MARGIN = 1.1
-
-
-def per_worker_rate(rates: Rates, base: Config) -> float:
-    """Samples/s one worker delivers by its measured time per sample (CPU + I/O), alone."""
-    per_sample = rates.prep_cpu_s + fetch_seconds_per_batch(rates, base, 0.0) / max(
-        1, base.batch_size
-    )
-    return 1.0 / per_sample if per_sample > 0 else 0.0
 
 
 def file_cache_advice(files: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:

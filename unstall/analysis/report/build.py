@@ -9,6 +9,7 @@ from typing import Any
 
 from unstall.analysis.model.stage import Analysis
 from unstall.analysis.recommend.stage import Advice
+from unstall.analysis.report import words
 
 #: A script's figures for the report, in the order they are shown.
 SCRIPT_KEYS = (
@@ -31,7 +32,7 @@ def cores(n: float) -> str:
 def sentence(a: Analysis) -> str:
     """The bottleneck in one plain sentence, from the measured rates."""
     d = a.derived
-    s = d.stall
+    s = shown_stall(a)
     g = d.rates.ingestion
     measured = d.measured
     if a.bottleneck == "compute":
@@ -69,6 +70,7 @@ def build_report(
     a = advice.analysis
     d, m = a.derived, a.measurement
     prep, per_worker = a.prep_rate, d.prep_rate_per_worker
+    notes = [*d.notes, *_stall_note(a)]
     out: dict[str, Any] = {
         "workload": m.workload,
         "ingestion_rate": round(d.rates.ingestion, 2),
@@ -82,6 +84,7 @@ def build_report(
         else None,
         "not_measured": dict(d.unknown),
         "stall": d.stall,
+        "stall_shown": shown_stall(a),
         "bottleneck": a.bottleneck,
         "summary": sentence(a),
         "measured_samples_per_s": round(d.measured, 2),
@@ -102,9 +105,11 @@ def build_report(
         "model_check": a.model_check,
         "what_if": a.what_if,
         "curves": a.curves,
-        "recommendation": advice.recommendation,
-        "remedies": advice.remedies,
-        "notes": d.notes,
+        "recommendation": recommendation(advice),
+        "remedies": [
+            words.row(o, advice.recommendation.get("remedy", "")) for o in advice.remedies
+        ],
+        "notes": notes,
         "machine": {"cores": d.rates.cores, "python": platform.python_version()},
     }
     extra = {**m.extra, **d.extra}
@@ -120,3 +125,48 @@ def build_report(
         out["ranks"] = m.ranks
         out["slowest_rank"] = m.ranks[0]["rank"]
     return out
+
+
+def recommendation(advice: Advice) -> dict[str, Any]:
+    """The recommendation as the report shows it: the chosen option's words (what it is, how
+    it is applied) where it is a remedy, and the one sentence on the options priced above it
+    that it is not (``why_not_others``)."""
+    rec = dict(advice.recommendation)
+    chosen = next((o for o in advice.remedies if o.remedy == rec.get("remedy")), None)
+    if chosen is not None:
+        rec.update(what=words.what(chosen), applies=words.applies(chosen))
+    sentence = words.not_chosen(rec)
+    if sentence:
+        rec["why_not_others"] = sentence
+    return rec
+
+
+def fetch_limits(a: Analysis) -> bool:
+    """Whether fetch can limit this job's rate: it is fetch-bound, its fetch rate F was not
+    measured, or F is below the rate its model takes (G)."""
+    d = a.derived
+    f = d.fetch_rate
+    if a.bottleneck == "fetch" or "fetch" in d.unknown or f is None:
+        return True
+    return f < d.rates.ingestion
+
+
+def shown_stall(a: Analysis) -> dict[str, float]:
+    """The cold run's stall shares as the report shows them: the fetch stall where fetch can
+    limit the rate (`fetch_limits`); else the workers' wait on I/O is counted with their
+    preparing (storage delivers more than the model takes: no fetch stall to remove)."""
+    s = dict(a.derived.stall)
+    if fetch_limits(a):
+        return s
+    return {"compute": s["compute"], "prep": s["prep"] + s["fetch"], "fetch": 0.0}
+
+
+def _stall_note(a: Analysis) -> list[str]:
+    d = a.derived
+    if fetch_limits(a) or d.stall["fetch"] <= 0:
+        return []
+    return [
+        f"the workers waited on I/O {d.stall['fetch']:.0%} of the cold run, shown as prep stall: "
+        f"storage delivers {d.fetch_rate:,.0f} samples/s, above the model's "
+        f"{d.rates.ingestion:,.0f}/s, so fetch does not limit this job"
+    ]

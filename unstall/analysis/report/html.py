@@ -15,6 +15,7 @@ from typing import Any
 
 from unstall.analysis.report.terminal import auto_text, remote_text
 from unstall.analysis.report.timeline import LOOP, lane_order, lanes, write_trace
+from unstall.analysis.report.words import recommendation_lines
 
 COLORS = {
     "compute": "#4c72b0",
@@ -36,6 +37,7 @@ def write_report(out_dir: str, report: dict[str, Any], spans: Sequence[tuple[flo
     import matplotlib
 
     matplotlib.use("Agg", force=True)
+    page = _page(report)
     _breakdown(os.path.join(out_dir, "breakdown.png"), report)
     _whatif(os.path.join(out_dir, "whatif.png"), report)
     _timeline(os.path.join(out_dir, "timeline.png"), spans)
@@ -44,14 +46,14 @@ def write_report(out_dir: str, report: dict[str, Any], spans: Sequence[tuple[flo
         json.dump(report, f, indent=2)
     path = os.path.join(out_dir, "index.html")
     with open(path, "w") as f:
-        f.write(_page(report))
+        f.write(page)
     return path
 
 
 def _breakdown(path: str, report: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
 
-    runs, s = report["runs"], report["stall"]
+    runs, s = report["runs"], report.get("stall_shown") or report["stall"]
     gpu = 1000 * runs["synthetic"]["wall_s"] / max(1, runs["synthetic"]["samples"])
     cold = 1000 * runs["cold"]["wall_s"] / max(1, runs["cold"]["samples"])
     compute, prep, fetch = (cold * s[k] for k in ("compute", "prep", "fetch"))
@@ -75,35 +77,59 @@ def _breakdown(path: str, report: dict[str, Any]) -> None:
     plt.close(fig)
 
 
+#: The what-if panels, by curve: their titles and x labels.
+PANELS = {
+    "cache": ("vs cache size", "cache / dataset"),
+    "workers": ("vs workers", "workers"),
+    "bandwidth": ("vs bandwidth", "storage bandwidth (x measured)"),
+}
+#: A curve that moves less than this share of its top over its whole range is flat: drawn at
+#: the plot's size it shows nothing (a line along the top), and is said in words instead.
+FLAT = 0.02
+
+
+def flat_curves(curves: dict[str, Any]) -> dict[str, str]:
+    """The what-if curves not drawn, each with the sentence the page says instead: flat ones
+    (`FLAT`), and the bandwidth where it was not measured."""
+    out = {}
+    for name, (title, _) in PANELS.items():
+        c = curves.get(name) or {}
+        ys = [y for k in ("y", "unstall", "page_cache") for y in c.get(k) or []]
+        if name == "bandwidth" and not c.get("x"):
+            out[name] = f"{title}: not measured, the dataset reads its own files"
+        elif ys and max(ys) - min(ys) <= FLAT * max(ys):
+            low, high = f"{min(ys):,.0f}", f"{max(ys):,.0f}"
+            rate = high if low == high else f"{low}-{high}"
+            out[name] = (
+                f"{title}: not drawn, {rate} samples/s over its whole range ({name} does not "
+                "change this job's rate)"
+            )
+    return out
+
+
 def _whatif(path: str, report: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
 
     c = report["curves"]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), dpi=100)
-    ax = axes[0]
-    ax.plot(c["cache"]["x"], c["cache"]["unstall"], color="#4c72b0", label="unstall.Cache")
-    ax.plot(c["cache"]["x"], c["cache"]["page_cache"], color="#999999", label="page cache (LRU)")
-    ax.set_xlabel("cache / dataset")
-    ax.legend(fontsize=8)
-    axes[1].plot(c["workers"]["x"], c["workers"]["y"], marker="o", color="#55a868")
-    axes[1].set_xlabel("workers")
-    if c["bandwidth"]["x"]:
-        axes[2].plot(c["bandwidth"]["x"], c["bandwidth"]["y"], marker="o", color="#c44e52")
-        axes[2].set_xlabel("storage bandwidth (x measured)")
-    else:
-        axes[2].text(
-            0.5,
-            0.5,
-            "not measured:\nthe dataset reads its own files",
-            ha="center",
-            transform=axes[2].transAxes,
-        )
-        axes[2].set_xlabel("storage bandwidth")
-    for ax, name in zip(axes, ("vs cache size", "vs workers", "vs bandwidth"), strict=True):
+    names = [n for n in PANELS if n not in flat_curves(c)]
+    if not names:
+        return
+    fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.4), dpi=100, squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        if name == "cache":
+            ax.plot(c["cache"]["x"], c["cache"]["unstall"], color="#4c72b0", label="unstall.Cache")
+            ax.plot(c["cache"]["x"], c["cache"]["page_cache"], color="#999999",
+                    label="page cache (LRU)")  # fmt: skip
+            ax.legend(fontsize=8)
+        else:
+            color = "#55a868" if name == "workers" else "#c44e52"
+            ax.plot(c[name]["x"], c[name]["y"], marker="o", color=color)
+        title, xlabel = PANELS[name]
+        ax.set_xlabel(xlabel)
+        ax.set_title(title, fontsize=10)
         ax.set_ylabel("samples/s")
         ax.set_ylim(bottom=0)
         ax.axhline(report["ingestion_rate"], color="#4c72b0", lw=0.8, ls="--")
-        ax.set_title(name, fontsize=10)
     fig.suptitle(TITLES["whatif"])
     fig.tight_layout()
     fig.savefig(path)
@@ -148,23 +174,13 @@ def _rate(report: dict[str, Any], key: str, name: str) -> str:
 def _recommendation(report: dict[str, Any]) -> str:
     e = html.escape
     rec = report["recommendation"]
-    if not rec.get("changed", True):
-        text = f"<p>Keep the loader as it is: {e(rec.get('why_unchanged', ''))}</p>"
-    else:
-        text = (
-            f"<p><code>{e(json.dumps(rec['kwargs']))}</code>: predicted "
-            f"{rec['predicted_samples_per_s']:,.0f} samples/s ({rec['predicted_speedup']}x). "
-            "Apply it: <code>unstall run --config recommendation.json -- python train.py</code></p>"
-        )
-    for key in ("cache_files", "cache_not_applied"):  # issue 40: a dataset's own files
-        if rec.get(key):
-            text += f"<p>Cache: {e(rec[key])}</p>"
-    if rec.get("fixed"):  # num_workers="auto" recommended: the fixed setting it stands for
-        f = rec["fixed"]
+    lines = recommendation_lines(rec)
+    text = f"<p class='recommendation'>{e(lines[0].removeprefix('Recommendation: '))}</p>"
+    text += "".join(f"<p>{e(_sentence(line))}</p>" for line in lines[1:])
+    if rec.get("changed", True) and not rec.get("edit"):
         text += (
-            f"<p>Instead of the best fixed setting <code>{e(json.dumps(f['kwargs']))}</code> "
-            f"(predicted {f['predicted_samples_per_s']:,.0f} samples/s): "
-            f"{e(rec['auto']['why'])}</p>"
+            "<p>Apply it: <code>unstall run --config recommendation.json -- python train.py"
+            "</code></p>"
         )
     items = []
     for r in report.get("remedies", []):
@@ -215,6 +231,12 @@ def _recommendation(report: dict[str, Any]) -> str:
     return text
 
 
+def _sentence(line: str) -> str:
+    """A line of the terminal's as a sentence of its own (capitalized, unindented)."""
+    line = line.strip()
+    return line[:1].upper() + line[1:]
+
+
 def _price(r: dict[str, Any]) -> str:
     value = r.get("predicted_samples_per_s")
     if value is None:
@@ -240,17 +262,24 @@ def _loaders(report: dict[str, Any]) -> str:
 
 def _page(report: dict[str, Any]) -> str:
     e = html.escape
-    s = report["stall"]
+    s = report.get("stall_shown") or report["stall"]
     rows = "".join(
         f"<tr><td>{e(r['config'])}</td><td>{r['samples_per_s']:,.0f}</td>"
         f"<td>{r['epoch_s']:,.1f}</td><td>{e(r['bound'])}</td></tr>"
         for r in report["what_if"]
     )
     notes = "".join(f"<li>{e(n)}</li>" for n in [report["split"], *report["notes"]])
+    flat = flat_curves(report["curves"])
+    shown = [n for n in ("breakdown", "whatif", "timeline") if n != "whatif" or len(flat) < 3]
     figures = "".join(
         f'<h2>{e(TITLES[name])}</h2><img src="{name}.png" alt="{e(TITLES[name])}" '
         f'onload="this.dataset.ok=this.naturalWidth">'
-        for name in ("breakdown", "whatif", "timeline")
+        + (
+            "".join(f"<p class='flat'>{e(t)}</p>" for t in flat.values())
+            if name == "whatif"
+            else ""
+        )
+        for name in shown
     )
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>unstall analyze: {e(report["workload"])}</title>

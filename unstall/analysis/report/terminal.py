@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from unstall.analysis.measure.probe import UNLIMITED
+from unstall.analysis.report.words import kwargs_text, recommendation_lines
 
 
 def print_summary(report: dict[str, Any], console: Any = None) -> None:
@@ -36,33 +37,14 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
     stall = Table(title="where the cold run's time went")
     for col in ("compute", "prep stall", "fetch stall"):
         stall.add_column(col, justify="right")
-    s = report["stall"]
+    s = report.get("stall_shown") or report["stall"]
     stall.add_row(f"{s['compute']:.0%}", f"{s['prep']:.0%}", f"{s['fetch']:.0%}")
     console.print(stall)
     console.print(f"[bold]{report['summary']}[/bold]")
     if report["what_if"]:
         console.print(_grid_table(report["what_if"]))
-    rec = report["recommendation"]
-    if rec.get("changed", True):
-        console.print(
-            f"Recommendation: DataLoader({_kwargs(rec['kwargs'])}): predicted "
-            f"{rec['predicted_samples_per_s']:,.0f} samples/s, {rec['predicted_speedup']}x the "
-            f"{rec['predicted_current_samples_per_s']:,.0f}/s predicted as it is "
-            f"(measured {rec['measured_samples_per_s']:,.0f}/s)"
-        )
-    else:
-        console.print(f"Recommendation: keep the loader as it is: {rec['why_unchanged']}")
-    for key in ("cache_files", "cache_not_applied"):  # issue 40: a dataset's own files
-        if rec.get(key):
-            console.print(escape(f"  cache: {rec[key]}"))
-    if rec.get("fixed"):  # num_workers="auto" recommended: the fixed setting it stands for
-        f = rec["fixed"]
-        console.print(
-            escape(
-                f"  instead of the best fixed setting DataLoader({_kwargs(f['kwargs'])}), "
-                f"predicted {f['predicted_samples_per_s']:,.0f} samples/s: {rec['auto']['why']}"
-            )
-        )
+    for line in recommendation_lines(report["recommendation"]):
+        console.print(escape(line))
     for r in report.get("remedies", []):
         if r["remedy"] == "auto":
             console.print(escape(f"  remedy [auto]: {auto_text(r)}"))
@@ -86,7 +68,7 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
         )
     if v:
         console.print(
-            f"Verified: under {_kwargs(v['kwargs'])} the script measured "
+            f"Verified: under {kwargs_text(v['kwargs'])} the script measured "
             f"{v['measured_samples_per_s']:,.0f} samples/s (predicted "
             f"{v['predicted_samples_per_s']:,.0f}; before {v['before_samples_per_s']:,.0f}"
             + (
@@ -126,7 +108,7 @@ def auto_text(r: dict[str, Any]) -> str:
         f"{r['settles_on']} workers ({r['settled_samples_per_s']:,.0f}/s; walk {walk}, "
         f"{st['seconds_lost']:g} s lost settling"
         + (f"; {st['undone']}" if st.get("undone") else "")
-        + f"); best fixed DataLoader({_kwargs(best['kwargs'])}) "
+        + f"); best fixed DataLoader({kwargs_text(best['kwargs'])}) "
         f"{best['predicted_samples_per_s']:,.0f}/s; {verdict}: {r['why']}"
     )
 
@@ -177,13 +159,6 @@ def _fetch_how(report: dict[str, Any]) -> str:
     bandwidth = st["bandwidth_bytes_per_s"]
     limit = "no bandwidth limit seen" if bandwidth >= UNLIMITED else f"{bandwidth / 1e6:,.1f} MB/s"
     return f"fetch-only run; storage: {limit}, {st['latency_ms']:.1f} ms/request"
-
-
-def _kwargs(kwargs: dict[str, Any]) -> str:
-    parts = []
-    for k, v in kwargs.items():
-        parts.append(f"cache=unstall.Cache({v})" if k == "cache" else f"{k}={v!r}")
-    return ", ".join(parts)
 
 
 def remote_text(r: dict[str, Any]) -> str:

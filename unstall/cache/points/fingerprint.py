@@ -29,6 +29,7 @@ import inspect
 import re
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,12 +58,24 @@ def describe(obj: Any, depth: int = _DEPTH, seen: set[int] | None = None) -> str
     return "".join(_parts(obj, depth, seen))
 
 
+#: The modules of this package whose code makes a cached sample: read from their files, not
+#: imported (they import this module: an import here would close a circle).
+_PRODUCERS = ("codec.py", "samples.py", "decoded.py")
+
+
 def _unstall_part() -> str:
     import unstall
-    from unstall.cache.points import codec, decoded, samples
 
-    code = " ".join(_source_digest(m) for m in (codec, samples, decoded))
-    return f"unstall {unstall.__version__} {code} {codec.MAGIC.decode()}"
+    here = Path(__file__).parent
+    code = " ".join(_file_digest(here / name) for name in _PRODUCERS)
+    return f"unstall {unstall.__version__} {code}"
+
+
+def _file_digest(path: Path) -> str:
+    try:
+        return _digest(path.read_bytes())
+    except OSError:
+        return "?"
 
 
 def _describe_dataset(dataset: Any, seen: set[int]) -> list[str]:

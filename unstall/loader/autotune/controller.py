@@ -24,6 +24,7 @@ import weakref
 from dataclasses import replace
 from typing import Any
 
+from unstall import machine
 from unstall.loader import schedclock
 from unstall.loader.autotune import policy, resources
 from unstall.loader.autotune.policy import START_PREFETCH, START_WORKERS, warmup_batches
@@ -102,10 +103,9 @@ class AutoTuner:
         self.remote = 0  # of which in use
         self._budget = Budget(self._cores)
         if tune_workers:  # ranks of one job on this node start within their share
-            ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
             others = self._share.claim(workers, False)
-            room = min(self._cores // ranks, self._cores - others.workers)
-            self.workers = max(1, min(workers, room))
+            start = policy.start_workers(self._cores, machine.local_world_size(), others.workers)
+            self.workers = min(workers, start)
             self._share.claim(self.workers, False)
         self._reset_window()
         schedclock.enable()  # workers measure their time waiting for a core

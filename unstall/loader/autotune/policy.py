@@ -225,3 +225,11 @@ def _judge(state: State, w: Window, now: float) -> tuple[Decision | None, State]
     if undo is not None:
         state = replace(state, hold_until=now + HOLD_S)
     return undo, state
+
+
+def start_workers(cores: int, ranks: int = 1, claimed: int = 0) -> int:
+    """The pool ``num_workers="auto"`` starts with: `START_WORKERS`, within this rank's share of
+    the node's ``cores`` (``ranks`` of one job on the node) and the cores the job's other
+    ranks have not ``claimed``; at least 1. The live tuner starts here, and `unstall analyze`
+    prices the walk from here (`unstall.analysis.recommend.auto.settle`)."""
+    return max(1, min(START_WORKERS, cores // max(1, ranks), cores - claimed))

@@ -31,10 +31,8 @@ def job_key() -> str | None:
     own = machine.autotune_job()
     if own:
         return own
-    parts = [os.environ.get(k, "") for k in ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")]
-    if not any(parts):
-        return None
-    return "|".join([*parts, socket.gethostname()])
+    job = machine.torchrun_job()
+    return f"{job}|{socket.gethostname()}" if job else None
 
 
 def share_path(key: str) -> str:

@@ -46,7 +46,7 @@ from unstall.analysis.measure.script.files import (
     file_cache_facts,
     prefill,
 )
-from unstall.analysis.measure.script.ranks import claim_stop, rank, read_stop
+from unstall.analysis.measure.script.ranks import claim_stop, read_stop
 from unstall.analysis.measure.steady import (
     Handout,
     Window,
@@ -268,7 +268,7 @@ class Agent:
             "after": self.after,
             "settled_s": round(self.settled_s, 3),
             "pid": os.getpid(),
-            "rank": rank(),
+            "rank": machine.rank(),
             "complete": complete,
             "evicted": self.evicted,
             "loader": watch.index,

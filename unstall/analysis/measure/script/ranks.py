@@ -31,18 +31,3 @@ def read_stop(path: str) -> tuple[int, int] | None:
         except (OSError, ValueError, KeyError):
             time.sleep(0.01)
     return None
-
-
-def rank() -> int:
-    """This process's rank: torch.distributed's when it runs (frameworks start ranks their own
-    way), else torchrun's ``RANK``, else ``LOCAL_RANK``, else 0."""
-    import sys
-
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-    except (RuntimeError, ValueError):
-        pass
-    env = os.environ
-    return int(env.get("RANK") or env.get("LOCAL_RANK") or 0)
