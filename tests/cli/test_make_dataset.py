@@ -51,3 +51,50 @@ def test_images_and_classes_are_required(capsys: pytest.CaptureFixture) -> None:
         main(["make-dataset", "somewhere"])
     assert exc.value.code == 2
     assert "--images" in capsys.readouterr().err
+
+
+def test_audio_clips_are_written_and_summarized(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    soundfile = pytest.importorskip("soundfile")
+    argv = ["make-dataset", str(tmp_path), "--audio", "5", "--seconds", "0.5", "--format", "flac"]
+    assert main([*argv, "--classes", "2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"5 FLAC clips in 2 classes at {tmp_path}: 5 written, 0 already there" in out
+    files = sorted(tmp_path.rglob("*.flac"))
+    assert [f.relative_to(tmp_path).as_posix() for f in files] == [
+        "class_000/clip_000000.flac",
+        "class_000/clip_000002.flac",
+        "class_000/clip_000004.flac",
+        "class_001/clip_000001.flac",
+        "class_001/clip_000003.flac",
+    ]
+    for f in files:
+        info = soundfile.info(str(f))
+        assert (info.samplerate, info.channels, info.frames) == (44_100, 2, 22_050)
+    assert main([*argv, "--classes", "2", "--no-progress"]) == 0
+    assert "0 written, 5 already there" in capsys.readouterr().out
+
+
+def test_audio_defaults_to_ten_classes_and_mono_on_request(tmp_path: Path) -> None:
+    soundfile = pytest.importorskip("soundfile")
+    argv = ["make-dataset", str(tmp_path), "--audio", "10", "--seconds", "0.2"]
+    assert main([*argv, "--format", "wav", "--channels", "1", "--rate", "8000"]) == 0
+    folders = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    assert folders == [f"class_{i:03d}" for i in range(10)]
+    info = soundfile.info(str(tmp_path / "class_003" / "clip_000003.wav"))
+    assert (info.samplerate, info.channels, info.frames) == (8_000, 1, 1_600)
+
+
+def test_images_without_classes_or_with_audio_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["make-dataset", str(tmp_path), "--images", "2"]) == 2
+    assert "--images needs --classes" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["make-dataset", str(tmp_path), "--images", "2", "--audio", "2"])
+    assert exc.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert main(["make-dataset", str(tmp_path), "--audio", "2", "--rate", "44000"]) == 2
+    assert "rate=44000 is not an MP3 sample rate" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

