@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from unstall import machine
 from unstall.bench.harness import BenchResult
 from unstall.bench.torchvision import _children_cpu_s, _machine_busy_s, _read_all
 
@@ -263,7 +264,7 @@ def _result(
         "byte cache lists the clips but never sees soundfile's reads (libsndfile opens them "
         "in C, not through Python's open)",
         f"cores other processes kept busy during the runs: median "
-        f"{statistics.median(others):.2f}, most {max(others):.2f} (of {os.cpu_count()})",
+        f"{statistics.median(others):.2f}, most {max(others):.2f} (of {machine.cpus_installed()})",
     ]
     return BenchResult(
         name="audio",
