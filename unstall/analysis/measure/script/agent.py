@@ -47,6 +47,7 @@ from unstall.analysis.measure.script.files import (
     prefill,
 )
 from unstall.analysis.measure.script.ranks import claim_stop, read_stop
+from unstall.analysis.measure.script.samples import sample_cache_facts
 from unstall.analysis.measure.steady import (
     Handout,
     Window,
@@ -292,6 +293,7 @@ class Agent:
             "files": [path for path, _ in samples],
             "lean_probe": lean_probe(loader.dataset, samples) if self.mode == "cold" else None,
             "file_cache": file_cache_facts(loader.dataset) if self.mode == "cold" else None,
+            "sample_cache": sample_cache_facts(loader.dataset) if self.mode == "cold" else None,
             "prefilled": self.prefilled,
             "wire": _wire(watch) if self.mode == "synthetic" else None,
             "timeline": [s for s in timeline if window.covers(s[1])],
