@@ -2,11 +2,12 @@
 
 Under ``unstall run --config`` with ``{"kwargs": {"cache": {"size": ..., "hold":
 "samples"}}}`` (`unstall.cache.points`), a deterministic dataset's samples are prepared
-once: from the second epoch each costs the read measured on the job's own samples (their
-stored bytes decoded, `unstall.analysis.measure.script.samples`) instead of its
-preparation. The price is the model's (`unstall.analysis.model.predict`) at the job's own
-workers with that CPU per sample, for the share of the samples the node's room holds (the
-rest prepared as now); from epoch 2 on, the steady state the verification measures.
+once: from the second epoch a worker's CPU per sample is the read measured on the job's own
+samples (their stored bytes decoded) and their collate into a batch
+(`unstall.analysis.measure.script.samples`), and its file is not read. The price is the model's
+(`unstall.analysis.model.predict`) at the job's own workers with that CPU per sample, for
+the share of the samples the node's room holds (the rest prepared as now); from epoch 2
+on, the steady state the verification measures.
 """
 
 from __future__ import annotations
@@ -43,14 +44,26 @@ def sample_cache_row(job: Job, facts: dict[str, Any], room: float | None) -> Opt
         why = f"the node's room holds {share:.0%} of the {n} samples"
         return option("samples", job.measured, unpriced="no_room", check="room", why=why)
     rates = job.rates
-    prep = share * facts["read_s"] + (1.0 - share) * rates.prep_cpu_s
-    price = predict(replace(rates, prep_cpu_s=prep), job.base)
+    # a cached sample: read back and collated; its file neither read nor prepared
+    cached = facts["read_s"] + facts.get("collate_s", 0.0)
+    prep = share * cached + (1.0 - share) * rates.prep_cpu_s
+    rest = 1.0 - share
+    rates = replace(
+        rates,
+        prep_cpu_s=prep,
+        latency_s=rates.latency_s * rest,
+        sample_bytes=max(1.0, rates.sample_bytes * rest),
+    )
+    price = predict(rates, job.base)
     size = math.ceil(min(need, room or need) / SIZE_STEP) * SIZE_STEP
     cache = {"size": f"{size >> 20}MiB", "hold": "samples"}
     config = {"kwargs": {"num_workers": job.base.workers, "cache": cache}}
     per = {
-        "now": round(rates.prep_cpu_s * 1e3, 3),
-        "cached": round(facts["read_s"] * 1e3, 3),
+        "now": round(job.rates.prep_cpu_s * 1e3, 3),
+        "cached": round(prep * 1e3, 3),
+        "dataset": round(facts["prep_s"] * 1e3, 3),
+        "read": round(facts["read_s"] * 1e3, 3),
+        "collate": round(facts.get("collate_s", 0.0) * 1e3, 3),
     }
     return option(
         "samples",

@@ -11,7 +11,9 @@ that from, on the job's own samples, in the job's process:
   twice under two seeds); else which check failed and why;
 - the bytes per sample, as the cache would store them (`codec.encode` of those samples);
 - the read cost per sample: the stored bytes decoded (`codec.decode`), timed on this
-  process's CPU, plus `TIER_READ_S` for the tier's lookup and copy.
+  process's CPU, plus `TIER_READ_S` for the tier's lookup and copy;
+- what a worker still does per sample besides ``dataset[i]``: the decoded samples collated
+  into a batch (torch's ``default_collate``, the copy the hand-off makes), timed the same way.
 
 `prefill_samples` fills the cache before the verification's timed window, as the first
 epoch leaves it, so the verified rate is the steady state the option was priced for.
@@ -19,8 +21,11 @@ epoch leaves it, so the verified rate is the steady state the option was priced 
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
+
+from torch.utils.data import default_collate
 
 from unstall.cache.points import codec
 from unstall.cache.points.determinism import verdict_for
@@ -31,6 +36,8 @@ from unstall.cache.points.samples import Refused, sample_files
 TIER_READ_S = 60e-6
 #: Times each encoded sample is decoded to time the read.
 DECODES = 5
+#: Samples per timed collate (a batch of the decoded samples, repeated).
+COLLATED = 16
 #: Seconds the verification's fill may take at most (a share of the samples beyond).
 FILL_MAX_S = 90.0
 
@@ -63,15 +70,20 @@ def sample_cache_facts(dataset: Any) -> dict[str, Any]:
         return {"applies": False, "check": verdict.check, "why": verdict.reason}
     t0 = time.process_time()
     for _ in range(DECODES):
-        for data in encoded:
-            codec.decode(data)
+        decoded = [codec.decode(data) for data in encoded]
     read_s = (time.process_time() - t0) / (DECODES * len(encoded)) + TIER_READ_S
+    batch = decoded * (COLLATED // len(decoded) + 1)
+    t0 = time.process_time()
+    for _ in range(DECODES):
+        default_collate(batch)
+    collate_s = (time.process_time() - t0) / (DECODES * len(batch))
     return {
         "applies": True,
         "samples": len(dataset),
         "bytes_per_sample": int(sum(map(len, encoded)) / len(encoded)),
         "read_s": round(read_s, 7),
-        "prep_s": round(sum(prep) / len(prep), 6),
+        "collate_s": round(collate_s, 7),
+        "prep_s": round(statistics.median(prep), 6),  # the first call may import, warm up
         "how": verdict.how,
     }
 
