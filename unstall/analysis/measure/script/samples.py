@@ -11,7 +11,8 @@ that from, on the job's own samples, in the job's process:
   twice under two seeds); else which check failed and why;
 - the bytes per sample, as the cache would store them (`codec.encode` of those samples);
 - the read cost per sample: the stored bytes decoded (`codec.decode`), timed on this
-  process's CPU, plus `TIER_READ_S` for the tier's lookup and copy;
+  thread's CPU (the script's other threads run meanwhile), plus `TIER_READ_S` for the
+  tier's lookup and copy;
 - what a worker still does per sample besides ``dataset[i]``: the decoded samples collated
   into a batch (torch's ``default_collate``, the copy the hand-off makes), timed the same way.
 
@@ -25,6 +26,7 @@ import statistics
 import time
 from typing import Any
 
+import torch
 from torch.utils.data import default_collate
 
 from unstall.cache.points import codec
@@ -56,9 +58,9 @@ def sample_cache_facts(dataset: Any) -> dict[str, Any]:
     prep: list[float] = []
 
     def prepared(i: int) -> bytes:
-        t0 = time.process_time()
+        t0 = time.thread_time()
         out = codec.encode(dataset[i])
-        prep.append(time.process_time() - t0)
+        prep.append(time.thread_time() - t0)
         encoded.append(out)
         return out
 
@@ -68,15 +70,20 @@ def sample_cache_facts(dataset: Any) -> dict[str, Any]:
         return {"applies": False, "check": "error", "why": f"{type(exc).__name__}: {exc}"}
     if not verdict.ok:
         return {"applies": False, "check": verdict.check, "why": verdict.reason}
-    t0 = time.process_time()
+    t0 = time.thread_time()
     for _ in range(DECODES):
         decoded = [codec.decode(data) for data in encoded]
-    read_s = (time.process_time() - t0) / (DECODES * len(encoded)) + TIER_READ_S
+    read_s = (time.thread_time() - t0) / (DECODES * len(encoded)) + TIER_READ_S
     batch = decoded * (COLLATED // len(decoded) + 1)
-    t0 = time.process_time()
-    for _ in range(DECODES):
-        default_collate(batch)
-    collate_s = (time.process_time() - t0) / (DECODES * len(batch))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a loader worker
+    try:
+        t0 = time.thread_time()
+        for _ in range(DECODES):
+            default_collate(batch)
+        collate_s = (time.thread_time() - t0) / (DECODES * len(batch))
+    finally:
+        torch.set_num_threads(threads)
     return {
         "applies": True,
         "samples": len(dataset),
