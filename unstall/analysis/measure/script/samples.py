@@ -11,8 +11,8 @@ that from, on the job's own samples, in the job's process:
   twice under two seeds); else which check failed and why;
 - the bytes per sample, as the cache would store them (`codec.encode` of those samples);
 - the read cost per sample: the stored bytes decoded (`codec.decode`), timed on this
-  thread's CPU (the script's other threads run meanwhile), plus `TIER_READ_S` for the
-  tier's lookup and copy;
+  thread's CPU (the script's other threads run meanwhile), plus the tier's lookup and copy
+  (`TIER_READ_S_PER_BYTE`, a constant measured once);
 - what a worker still does per sample besides ``dataset[i]``: the decoded samples collated
   into a batch (torch's ``default_collate``, the copy the hand-off makes), timed the same way.
 
@@ -33,9 +33,10 @@ from unstall.cache.points import codec
 from unstall.cache.points.determinism import verdict_for
 from unstall.cache.points.samples import Refused, sample_files
 
-#: Seconds per sample the tier's own lookup, file stat and copy add to a decode (measured
-#: once on this repo's 2-core machine: ~60 us for a 160 KB sample from /dev/shm).
-TIER_READ_S = 60e-6
+#: CPU seconds per stored byte a tier's lookup, version check and copy add to a decode:
+#: measured once on this repo's 2-core machine (`SampleCache.get` of 1,000 MP3 clips' 320 KB
+#: samples from /dev/shm, thread CPU: 420 us per get, 70 us of it the decode), not per job.
+TIER_READ_S_PER_BYTE = 1.1e-9
 #: Times each encoded sample is decoded to time the read.
 DECODES = 5
 #: Samples per timed collate (a batch of the decoded samples, repeated).
@@ -73,7 +74,9 @@ def sample_cache_facts(dataset: Any) -> dict[str, Any]:
     t0 = time.thread_time()
     for _ in range(DECODES):
         decoded = [codec.decode(data) for data in encoded]
-    read_s = (time.thread_time() - t0) / (DECODES * len(encoded)) + TIER_READ_S
+    mean_bytes = sum(map(len, encoded)) / len(encoded)
+    read_s = (time.thread_time() - t0) / (DECODES * len(encoded))
+    read_s += TIER_READ_S_PER_BYTE * mean_bytes
     batch = decoded * (COLLATED // len(decoded) + 1)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in a loader worker
@@ -87,7 +90,7 @@ def sample_cache_facts(dataset: Any) -> dict[str, Any]:
     return {
         "applies": True,
         "samples": len(dataset),
-        "bytes_per_sample": int(sum(map(len, encoded)) / len(encoded)),
+        "bytes_per_sample": int(mean_bytes),
         "read_s": round(read_s, 7),
         "collate_s": round(collate_s, 7),
         "prep_s": round(statistics.median(prep), 6),  # the first call may import, warm up
