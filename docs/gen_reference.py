@@ -84,6 +84,18 @@ REMEDIES: list[tuple[str, str, str, str, str, str | None, str]] = [
     ),
     (
         "prep",
+        "a torchvision detection script: JPEGs with boxes through a `transforms.v2` pipeline "
+        "shaped like the SSD/SSDlite references (zoom-out, IoU crop, flips, resize, colour "
+        "distortion)",
+        "lean: the pipeline run as one plan, each output pixel made once, boxes moved by "
+        "torchvision's own code",
+        '`{"kwargs": {"prep": "lean"}}`',
+        "CPU cores (fewer than before)",
+        "detection-run1",
+        "the unchanged SSD-preset script",
+    ),
+    (
+        "prep",
         "a deterministic preparation (a validation pass, audio decoded and resampled, "
         "features), any map-style `Dataset`",
         "cache the prepared samples whole (checked deterministic first)",
@@ -91,6 +103,16 @@ REMEDIES: list[tuple[str, str, str, str, str, str | None, str]] = [
         "memory for the prepared samples",
         "cachepoints",
         "a validation pass from its second on",
+    ),
+    (
+        "prep",
+        "audio clips read with soundfile and resampled with soxr (an M5-style script)",
+        "the same cache of prepared samples: nothing decoded or resampled after epoch 1 "
+        "(the file cache does not see soundfile's reads)",
+        '`{"kwargs": {"cache": {"size": "8GiB", "hold": "samples"}}}`',
+        "memory for the prepared clips (about the size of the compressed files at 8 kHz)",
+        "audio",
+        "the unchanged script, from epoch 2",
     ),
     (
         "prep",

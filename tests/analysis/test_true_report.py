@@ -18,7 +18,7 @@ import pytest
 
 from tests.analysis.conftest import derived_of
 from unstall.analysis.model.stage import model_of
-from unstall.analysis.rates.result import Rates
+from unstall.analysis.rates.result import NO_IO_WAIT, Rates
 from unstall.analysis.recommend.stage import advise
 from unstall.analysis.report.build import build_report
 from unstall.analysis.report.html import flat_curves, write_report
@@ -118,6 +118,23 @@ def test_a_fetch_stall_is_shown_only_where_fetch_limits_the_rate(monkeypatch):
     slow = _report(monkeypatch, fetch_rate=3000.0)  # F under G: fetch can limit
     assert slow["stall_shown"] == STALL
     assert not any("shown as prep stall" in n for n in slow["notes"])
+
+
+def test_no_fetch_stall_is_shown_where_the_workers_hardly_waited_on_io(monkeypatch):
+    """F not timed because the I/O wait was under the floor (the README picture's script job:
+    a 3 % wait, F 'not measured'): fetch cannot limit, so it is shown as prep; an F not
+    measured for another reason (no per-worker clocks) still shows the measured split."""
+    d = derived_of(2, RATES, stall=STALL, measured=959.5, unknown={})
+    unseen = dataclasses.replace(
+        d, fetch_rate=None, unknown={"fetch": f"{NO_IO_WAIT}: the workers were computing"}
+    )
+    report = build_report(advise(model_of(unseen)))
+    assert report["stall_shown"]["fetch"] == 0.0
+    assert any(
+        "too little to time storage by, so fetch does not limit" in n for n in report["notes"]
+    )
+    other = dataclasses.replace(d, fetch_rate=None, unknown={"fetch": "the workers were not timed"})
+    assert build_report(advise(model_of(other)))["stall_shown"] == STALL
 
 
 def test_a_plot_empty_at_its_size_is_not_drawn(monkeypatch, tmp_path):

@@ -73,6 +73,11 @@ class Rates:
         return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
+#: How ``Derived.unknown["fetch"]`` begins where F was not measured because the workers hardly
+#: waited on I/O: storage then cannot be what limits the job (`Derived.io_unseen`).
+NO_IO_WAIT = "no I/O wait seen"
+
+
 @dataclass
 class Derived:
     """The rates of one measured job, its stall shares and what the stalls show.
@@ -103,3 +108,8 @@ class Derived:
     notes: list[str] = field(default_factory=list)
     prep_rate_per_worker: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def io_unseen(self) -> bool:
+        """F was not measured because the workers hardly waited on I/O: fetch cannot limit."""
+        return self.unknown.get("fetch", "").startswith(NO_IO_WAIT)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from unstall.analysis.measure.result import Measurement
-from unstall.analysis.rates.result import Derived, Rates
+from unstall.analysis.rates.result import NO_IO_WAIT, Derived, Rates
 
 #: I/O wait below this share of a worker's time per sample is no evidence of a fetch limit.
 IO_FLOOR = 0.05
@@ -160,7 +160,7 @@ def derive(runs: dict[str, WindowFigures], *, cores: int, workers: int) -> Scrip
     if "fetch" not in unknown:
         if io <= IO_FLOOR * (c + q + io):
             unknown["fetch"] = (
-                "no I/O wait seen: the workers were computing or waiting for a core "
+                f"{NO_IO_WAIT}: the workers were computing or waiting for a core "
                 f"{1 - io / (c + q + io) if c + q + io > 0 else 1:.0%} of their time"
             )
         else:

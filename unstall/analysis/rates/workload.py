@@ -15,7 +15,7 @@ import math
 
 from unstall.analysis.measure.result import Measurement
 from unstall.analysis.measure.runs import Run
-from unstall.analysis.rates.result import Derived, Rates
+from unstall.analysis.rates.result import NO_IO_WAIT, Derived, Rates
 
 #: Below this share of stall in the cold run the job is compute-bound.
 COMPUTE_BOUND = 0.10
@@ -31,7 +31,7 @@ def derive_workload(m: Measurement) -> Derived:
     if not m.split:
         stall = split_by_worker_time(stall, rates)
         if not math.isfinite(fetch_rate):
-            unknown["fetch"] = "no I/O wait seen: the workers were computing the whole time"
+            unknown["fetch"] = f"{NO_IO_WAIT}: the workers were computing the whole time"
     measured = m.runs["cold"].samples_per_s
     notes = list(m.notes)
     return Derived(

@@ -143,10 +143,15 @@ def recommendation(advice: Advice) -> dict[str, Any]:
 
 def fetch_limits(a: Analysis) -> bool:
     """Whether fetch can limit this job's rate: it is fetch-bound, its fetch rate F was not
-    measured, or F is below the rate its model takes (G)."""
+    measured (but for want of any I/O wait to time: then it cannot), or F is below the rate
+    its model takes (G)."""
     d = a.derived
     f = d.fetch_rate
-    if a.bottleneck == "fetch" or "fetch" in d.unknown or f is None:
+    if a.bottleneck == "fetch":
+        return True
+    if d.io_unseen:
+        return False
+    if "fetch" in d.unknown or f is None:
         return True
     return f < d.rates.ingestion
 
@@ -165,8 +170,13 @@ def _stall_note(a: Analysis) -> list[str]:
     d = a.derived
     if fetch_limits(a) or d.stall["fetch"] <= 0:
         return []
+    why = (
+        "too little to time storage by"
+        if d.fetch_rate is None
+        else f"storage delivers {d.fetch_rate:,.0f} samples/s, above the model's "
+        f"{d.rates.ingestion:,.0f}/s"
+    )
     return [
         f"the workers waited on I/O {d.stall['fetch']:.0%} of the cold run, shown as prep stall: "
-        f"storage delivers {d.fetch_rate:,.0f} samples/s, above the model's "
-        f"{d.rates.ingestion:,.0f}/s, so fetch does not limit this job"
+        f"{why}, so fetch does not limit this job"
     ]
