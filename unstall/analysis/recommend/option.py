@@ -176,7 +176,9 @@ def _label(o: Option, kwargs: dict[str, Any]) -> str:
     workers = kwargs.get("num_workers")
     if o.remedy == "auto":
         workers = f"auto({o.facts.get('settles_on')})"
-    parts = [f"workers={workers}", f"cache={float(kwargs.get('cache') or 0.0):g}"]
+    cache = kwargs.get("cache") or 0.0
+    held = f"{cache['size']}:{cache.get('hold', 'bytes')}" if isinstance(cache, dict) else None
+    parts = [f"workers={workers}", f"cache={held or format(float(cache), 'g')}"]
     parts += [f"prep={kwargs['prep']}"] if "prep" in kwargs else []
     return ",".join([*parts, *([f"edit={o.remedy}"] if o.needs == EDIT else [])])
 

@@ -16,6 +16,8 @@ short measurements on the job's own samples, never assumed:
   disk from the second epoch); for a script's own dataset that opens the files it lists,
   the node cache of those whole files under ``unstall run --config``, or why it cannot
   apply (`unstall.analysis.measure.script.files`);
+- ``samples``: the whole prepared sample kept on the node (``Cache(hold="samples")``) for a
+  deterministic preparation (`unstall.analysis.recommend.samples`);
 - ``remote``: N remote CPUs (Ray actors) beside the local workers, priced from the
   measured CPU per sample and the transfer timed on one of the job's batches
   (`unstall.analysis.recommend.remote`).
@@ -32,6 +34,7 @@ from typing import Any
 from unstall.analysis.model.predict import predict
 from unstall.analysis.recommend.option import EDIT, SWEEP, Job, Option, option
 from unstall.analysis.recommend.remote import remote_row
+from unstall.analysis.recommend.samples import sample_cache_row
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,9 @@ class Seen:
             (`unstall.analysis.measure.script.files`; empty for unstall's own datasets).
         wire: one of the job's batches as a remote worker would ship it.
         cluster: the Ray cluster named where analyze ran (``$RAY_ADDRESS``).
+        samples: whether the whole-sample cache applies to the script's dataset, its bytes
+            and read cost per sample (`unstall.analysis.measure.script.samples`).
+        room: the bytes a node cache may take on this machine (free shared memory).
     """
 
     lean: dict[str, Any] | None = None
@@ -56,6 +62,8 @@ class Seen:
     files: dict[str, Any] | None = None
     wire: dict[str, Any] | None = None
     cluster: str | None = None
+    samples: dict[str, Any] | None = None
+    room: float | None = None
 
 
 #: Jobs of a sweep the ``coordinate`` remedy is priced for (each prepares 1/K of the batches).
@@ -84,6 +92,8 @@ def remedies(job: Job, seen: Seen = Seen(), *, workers: int | None = None) -> li
                 )
             )
         out.append(_gpu(job, seen))
+        if seen.samples is not None:
+            out.append(sample_cache_row(job, seen.samples, seen.room))
         out.append(remote_row(job, seen.wire, cluster=seen.cluster, workers=workers))
     if job.bottleneck == "fetch" and "fetch" not in job.unknown:
         files = seen.files or {}

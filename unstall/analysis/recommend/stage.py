@@ -56,6 +56,8 @@ def advise(a: Analysis) -> Advice:
         files=files,
         wire=m.extra.get("wire"),
         cluster=machine.ray_address(),
+        samples=m.extra.get("sample_cache"),
+        room=m.machine.cache_room_bytes,
     )
     options = remedies(job, seen, workers=rec["kwargs"]["num_workers"])
     over = d.extra.get("oversubscription") or {}

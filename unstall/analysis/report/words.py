@@ -42,6 +42,11 @@ UNPRICED = {
         "not measured: no GPU decoder installed (pip install 'unstall[dali]')",
     ),
     "files": ("not_applicable", "{why}"),
+    "not_deterministic": (
+        "not_applicable",
+        "its samples cannot be cached whole: the {check!r} check failed: {why}",
+    ),
+    "no_room": ("not_applicable", "{why}"),
     "zero_time": ("not_applicable", "the job's measured time per sample is zero"),
     "local_reach": (
         "not_applicable",
@@ -107,6 +112,12 @@ def what(o: Option) -> str:
             "keep the samples on this node: unstall.Cache(disk=...) (local disk tier, on by "
             "default for s3://) or peers=unstall.Peers() across nodes; from the second epoch "
             "storage is no longer read"
+        )
+    if o.remedy == "samples":
+        return (
+            "keep each prepared sample on the node (unstall.Cache(size, hold='samples'), the "
+            "preparation checked deterministic on the job's own samples): from the second "
+            "epoch a sample is read back instead of prepared again"
         )
     if o.remedy == "remote":
         n = f.get("remote_workers", "N")
@@ -203,6 +214,13 @@ def row(o: Option, chosen: str | None = None) -> dict[str, Any]:
         out["fragile"] = fragile_text(facts)
         facts.pop("why")
         facts.pop("fragile")
+    if o.remedy == "samples" and o.predicted is not None:
+        out["from_epoch"] = facts.pop("from_epoch")
+        out["priced"] = (
+            "from the second epoch (the first prepares and stores every sample): the read "
+            "cost per sample measured by decoding the job's own samples as stored, plus "
+            "a fixed tier read cost"
+        )
     for k in ("adapt", "kind", "jobs", "why", "cap", "reason", "window_s", "lost_s", "start"):
         facts.pop(k, None)
     out.update(facts)
@@ -219,7 +237,8 @@ def not_chosen(rec: dict[str, Any]) -> str:
 
 
 def _name(r: dict[str, Any]) -> str:
-    return {"remote": "remote workers", "auto": "num_workers='auto'"}.get(r["remedy"], r["remedy"])
+    names = {"remote": "remote workers", "auto": "num_workers='auto'", "samples": "sample cache"}
+    return names.get(r["remedy"], r["remedy"])
 
 
 def _why_not(r: dict[str, Any]) -> str:
@@ -279,8 +298,16 @@ def recommendation_lines(rec: dict[str, Any]) -> list[str]:
 def kwargs_text(kwargs: dict[str, Any]) -> str:
     """Loader arguments as a call writes them (``cache`` as ``unstall.Cache(...)``)."""
     return ", ".join(
-        f"cache=unstall.Cache({v})" if k == "cache" else f"{k}={v!r}" for k, v in kwargs.items()
+        f"cache=unstall.Cache({_cache_args(v)})" if k == "cache" else f"{k}={v!r}"
+        for k, v in kwargs.items()
     )
+
+
+def _cache_args(v: Any) -> str:
+    """A cache setting as ``unstall.Cache``'s arguments (a config's dict as keywords)."""
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={x!r}" for k, x in v.items())
+    return str(v)
 
 
 def undone_text(undone: list[Any] | tuple[Any, ...]) -> str:

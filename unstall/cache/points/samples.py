@@ -234,12 +234,17 @@ def paths_digest(paths: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
+def entry_bytes(mean_bytes: float) -> int:
+    """The bytes a segment plans per entry of about ``mean_bytes`` (room for larger ones)."""
+    return int(mean_bytes * 1.25) + 4096
+
+
 def bind_segment(
     cache: Any, hold: str, fingerprint: str, n: int, mean_bytes: float, capacity: Any = None
 ) -> tuple[Any, int]:
     """The tiers of a ``hold`` segment of ``n`` entries of about ``mean_bytes`` each (the
     cache's own sizes, or a RAM tier of ``capacity`` bytes), and the bytes planned per entry."""
-    per_sample = int(mean_bytes * 1.25) + 4096
+    per_sample = entry_bytes(mean_bytes)
     listing = SampleListing(n, f"{hold}-{fingerprint}", per_sample)
     if capacity is not None:
         from unstall.cache.cache import Cache

@@ -13,7 +13,9 @@ Two facts are taken here, in the job's process, for the later stages:
 - `prefill`: in the verification's run under a cache setting, the cache filled before
   timing as the first epoch leaves it (a random share of the listed files, as many as fit),
   so the measured window is the steady state the model priced (a hit rate of C/N), not the
-  first epoch's fill. The files it read are dropped from the page cache again.
+  first epoch's fill. The files it read are dropped from the page cache again. A sample
+  cache (``hold="samples"``) is filled with every prepared sample
+  (`unstall.analysis.measure.script.samples.prefill_samples`).
 """
 
 from __future__ import annotations
@@ -100,6 +102,10 @@ def prefill(loader: Any) -> dict[str, Any] | None:
     except ValueError:
         return None
     binding = resolve_cache(setting, dataset) if setting is not None else None
+    if binding is not None and binding.points:  # the whole-sample cache: its own fill
+        from unstall.analysis.measure.script.samples import prefill_samples
+
+        return prefill_samples(binding, dataset)
     if binding is None or not binding.files:
         return None
     files = binding.bind(dataset)  # the same node segment the loader bound

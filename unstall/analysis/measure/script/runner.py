@@ -242,6 +242,7 @@ def measurement_of(
             "lean_probe": cold.get("lean_probe"),
             "gpu_probe": _gpu_probe(machine, cold.get("files") or []),
             "file_cache": cold.get("file_cache"),
+            "sample_cache": cold.get("sample_cache"),
             "wire": docs["synthetic"].get("wire"),
             "pin_memory": cold.get("pin_memory", False),
             "window": {mode: len(doc["steps"]) for mode, doc in docs.items()},

@@ -1,0 +1,78 @@
+"""The ``samples`` option: the whole prepared sample kept on the node, priced for this job.
+
+Under ``unstall run --config`` with ``{"kwargs": {"cache": {"size": ..., "hold":
+"samples"}}}`` (`unstall.cache.points`), a deterministic dataset's samples are prepared
+once: from the second epoch a worker's CPU per sample is the read measured on the job's own
+samples (their stored bytes decoded) and their collate into a batch
+(`unstall.analysis.measure.script.samples`), and its file is not read. The price is the model's
+(`unstall.analysis.model.predict`) at the job's own workers with that CPU per sample, for
+the share of the samples the node's room holds (the rest prepared as now); from epoch 2
+on, the steady state the verification measures.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from unstall.analysis.model.predict import predict
+from unstall.analysis.recommend.option import Job, Option, option
+from unstall.cache.points.samples import entry_bytes
+
+#: The least share of the samples the room must hold for the option to be priced.
+LEAST_SHARE = 0.05
+#: The size the config asks for rounds up to this many bytes.
+SIZE_STEP = 64 << 20
+
+
+def sample_cache_row(job: Job, facts: dict[str, Any], room: float | None) -> Option:
+    """The sample cache for ``job`` from the agent's ``facts``, in ``room`` bytes (None:
+    not measured, priced as if all fit), or why it does not apply (the failed check)."""
+    if not facts.get("applies"):
+        return option(
+            "samples",
+            job.measured,
+            unpriced="not_deterministic",
+            check=facts.get("check", ""),
+            why=facts.get("why", ""),
+        )
+    n = int(facts["samples"])
+    need = entry_bytes(facts["bytes_per_sample"]) * n
+    share = 1.0 if room is None or need <= 0 else min(1.0, room / need)
+    if share < LEAST_SHARE:
+        why = f"the node's room holds {share:.0%} of the {n} samples"
+        return option("samples", job.measured, unpriced="no_room", check="room", why=why)
+    rates = job.rates
+    # a cached sample: read back and collated; its file neither read nor prepared
+    cached = facts["read_s"] + facts.get("collate_s", 0.0)
+    prep = share * cached + (1.0 - share) * rates.prep_cpu_s
+    rest = 1.0 - share
+    rates = replace(
+        rates,
+        prep_cpu_s=prep,
+        latency_s=rates.latency_s * rest,
+        sample_bytes=max(1.0, rates.sample_bytes * rest),
+    )
+    price = predict(rates, job.base)
+    size = math.ceil(min(need, room or need) / SIZE_STEP) * SIZE_STEP
+    cache = {"size": f"{size >> 20}MiB", "hold": "samples"}
+    config = {"kwargs": {"num_workers": job.base.workers, "cache": cache}}
+    per = {
+        "now": round(job.rates.prep_cpu_s * 1e3, 3),
+        "cached": round(prep * 1e3, 3),
+        "dataset": round(facts["prep_s"] * 1e3, 3),
+        "read": round(facts["read_s"] * 1e3, 3),
+        "collate": round(facts.get("collate_s", 0.0) * 1e3, 3),
+    }
+    return option(
+        "samples",
+        job.measured,
+        price,
+        config=config,
+        share=round(share, 3),
+        bytes_per_sample=facts["bytes_per_sample"],
+        worker_cpu_ms_per_sample=per,
+        determinism=facts.get("how"),
+        from_epoch=2,
+    )
