@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from unstall import machine
-from unstall.bench.harness import BenchResult
-from unstall.bench.torchvision import _children_cpu_s, _machine_busy_s, _read_all
+from unstall.bench.harness import BenchResult, read_all
+from unstall.bench.torchvision import _children_cpu_s, _machine_busy_s
 
 DESCRIPTION = (
     "the M5 audio job (MP3 -> mono -> 8 kHz -> 80,000 samples), unchanged: as is, byte "
@@ -131,7 +131,7 @@ def run(
     script += ["--model-rate", str(MODEL_RATE)]
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in cases}
     table: list[dict[str, float]] = []
-    _read_all(data)  # the page cache warm before any timed run
+    read_all(data)  # the page cache warm before any timed run
     try:
         with tempfile.TemporaryDirectory(prefix="unstall-bench-audio-") as tmp:
             for i in range(rounds):

@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from unstall.bench.harness import BenchResult
+from unstall.bench.harness import BenchResult, read_all
 
 DESCRIPTION = (
     "cache points on unchanged torchvision ImageFolder scripts: validation pass 2+ with the "
@@ -147,15 +147,6 @@ def _large_folder(root: Path, source: str, images: int) -> str:
     return os.fspath(root)
 
 
-def _warm(data: str) -> int:
-    total = 0
-    for d, _dirs, names in os.walk(data):
-        for name in names:
-            with open(os.path.join(d, name), "rb") as f:
-                total += len(f.read())
-    return total
-
-
 def _pairs(
     work: Path,
     data: str,
@@ -225,12 +216,12 @@ def run(
         else (LARGE_IMAGES["quick" if quick else "full"])
     )
     data = os.fspath(ensure_demo_dataset(images=images, classes=10, seed=0, progress=False))
-    total = _warm(data)
+    total = read_all(data)
     passes = 3
     with tempfile.TemporaryDirectory(prefix="unstall-bench-cachepoints-") as tmp:
         work = Path(tmp)
         train_data = _large_folder(work / "large", data, large)
-        train_total = _warm(train_data)
+        train_total = read_all(train_data)
         decoded_set = large * LARGE[0] * LARGE[1] * 3
         third, twelfth = decoded_set // 3, decoded_set // 12
         if console is not None:

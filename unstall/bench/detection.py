@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from unstall.bench.harness import BenchResult
+from unstall.bench.harness import BenchResult, read_all
 
 DESCRIPTION = (
     "an SSD-style torchvision detection script, unchanged: as is vs its v2 pipeline planned "
@@ -142,11 +142,6 @@ def _run(command: list[str], env: dict[str, str], timeout: float) -> float:
     return float(found[-1])
 
 
-def _read_all(root: Path) -> None:
-    for path in root.iterdir():
-        path.read_bytes()
-
-
 def run(
     *, quick: bool, console: Any = None, repeats: int | None = None, images: int | None = None
 ) -> BenchResult:
@@ -164,7 +159,7 @@ def run(
     ratios: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="unstall-bench-det-") as tmp:
         data = make_detection_data(os.path.join(tmp, "data"), images)
-        _read_all(data)
+        read_all(data)
         compared = side_by_side(data, images=min(24, images))
         for r in compared:
             say(

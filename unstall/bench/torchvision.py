@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from unstall import machine
-from unstall.bench.harness import BenchResult
+from unstall.bench.harness import BenchResult, read_all
 
 DESCRIPTION = (
     "a torchvision ImageFolder script, unchanged: as is vs under unstall run with the "
@@ -73,16 +73,6 @@ def _machine_busy_s() -> float:
 def _children_cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
-
-
-def _read_all(root: str) -> int:
-    """Read every file under ``root`` once (into the page cache); their bytes."""
-    total = 0
-    for folder, _, names in os.walk(root):
-        for name in names:
-            with open(os.path.join(folder, name), "rb") as f:
-                total += len(f.read())
-    return total
 
 
 def _lean_probe(report_path: str) -> dict[str, float] | None:
@@ -243,7 +233,7 @@ def run(
                 f"  the analyzer's probe: {probe['own_cpu_ms']:.2f} ms of CPU per sample as is, "
                 f"{probe['lean_cpu_ms']:.2f} ms lean ({probe['ratio']:.2f}x less)"
             )
-        _read_all(data)  # in the page cache before any timed run (the analyzer evicts files)
+        read_all(data)  # in the page cache before any timed run (the analyzer evicts files)
         plain = [py, *script]
         under = [py, "-m", "unstall", "run", "--config", config, "--", py, *script]
         runs: dict[str, list[dict[str, float]]] = {"as_is": [], "applied": []}
