@@ -119,6 +119,14 @@ def test_prep_bound_script_gets_the_sample_cache(tmp_path, root):
     assert stats["level"] == "samples" and stats["items_cached"] == FILES, stats
     assert stats["misses"] == 0 and stats["hits"] > 0, stats
     assert v["measured_samples_per_s"] > 3 * report["measured_samples_per_s"], v
+    # what the verification's workers spent per sample, and the option priced again at the
+    # cores other processes left during it (the load may have changed since the analysis)
+    assert v["workers"]["cpu_ms_per_sample"] > 0 and v["workers"]["other_cores"] >= 0, v
+    again = v["at_verify_load"]
+    assert again["cores_left_when_measured"] == round(report["rates"]["cores"], 2), again
+    assert again["predicted_samples_per_s"] > 0, again
+    err = abs(again["predicted_samples_per_s"] - v["measured_samples_per_s"])
+    assert again["error"] == round(err / v["measured_samples_per_s"], 4), again
 
     # the config, as written, applies to the unchanged script through `unstall run --config`
     config, out = tmp_path / "c.json", tmp_path / "run.json"

@@ -158,6 +158,7 @@ def analyze_script(
             before = round(a.derived.measured, 2)
             rec = applied(advice.recommendation)  # an edit of the script is not run here
             verified = verify_recommendation(command, rec, before, window)
+            verified.update(priced_at_verify_load(a, advice, verified))
             bar.update(task, advance=1)
     report = build_report(advice, html_dir=html_dir, verified=verified)
     if html_dir is not None:
@@ -165,3 +166,37 @@ def analyze_script(
 
         write_report(html_dir, report, m.runs["cold"].spans)
     return report
+
+
+def priced_at_verify_load(a: Analysis, advice: Any, verified: dict[str, Any]) -> dict[str, Any]:
+    """``{"at_verify_load": {...}}``: the recommended option priced again with the cores other
+    processes left during the verification (its ``workers["other_cores"]``), beside its
+    error; {} when the verification did not measure them.
+
+    On a machine other jobs share, the price holds the cores they left while the job was
+    measured; the verification runs minutes later under another load. Priced at the
+    verification's load, the error is the model's own; the report keeps both."""
+    from dataclasses import replace
+
+    others = (verified.get("workers") or {}).get("other_cores")
+    remedy = advice.recommendation.get("remedy")
+    measured = verified.get("measured_samples_per_s")
+    if others is None or not measured or not verified.get("changed"):
+        return {}
+    d = a.derived
+    cores = max(0.5, float(a.measurement.cores) - float(others))
+    again = advise(replace(a, derived=replace(d, rates=replace(d.rates, cores=cores))))
+    if remedy is None:
+        price = again.recommendation.get("predicted_samples_per_s")
+    else:
+        price = next((o.predicted for o in again.remedies if o.remedy == remedy), None)
+    if not price:
+        return {}
+    return {
+        "at_verify_load": {
+            "cores_left": round(cores, 2),
+            "cores_left_when_measured": round(d.rates.cores, 2),
+            "predicted_samples_per_s": round(price, 1),
+            "error": round(abs(price - measured) / measured, 4),
+        }
+    }

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from unstall.cache.capacity import format_bytes
-from unstall.stores.listing import mix
+from unstall.stores.listing import mix_ints
 from unstall.stores.local import drop_page_cache as drop_page_cache  # cold runs of the files
 
 log = logging.getLogger("unstall")
@@ -53,9 +53,7 @@ class NoListing(Exception):
 
 def file_version(st: os.stat_result) -> int:
     """A file's version: nonzero int64 of its size, mtime, inode and device."""
-    cols = [np.array([v], dtype=np.int64) for v in (st.st_size, st.st_mtime_ns, st.st_ino)]
-    cols.append(np.array([st.st_dev], dtype=np.uint64).view(np.int64))
-    return int(mix(*cols)[0])
+    return mix_ints(st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
 
 
 def listed_paths(dataset: Any) -> tuple[list[str], str]:

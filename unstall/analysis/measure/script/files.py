@@ -105,7 +105,7 @@ def prefill(loader: Any) -> dict[str, Any] | None:
     if binding is not None and binding.points:  # the whole-sample cache: its own fill
         from unstall.analysis.measure.script.samples import prefill_samples
 
-        return prefill_samples(binding, dataset)
+        return prefill_samples(binding, dataset, getattr(loader, "num_workers", 1))
     if binding is None or not binding.files:
         return None
     files = binding.bind(dataset)  # the same node segment the loader bound

@@ -32,6 +32,7 @@ def verify_recommendation(
     rec = recommendation
     _last.clear()
     measured = _rate_under(command, window, rec["kwargs"])
+    workers = _last.pop("workers", None)
     cache = {k: v for k, v in _last.items() if k != "autotune"}  # the file cache's, if any
     tuned = _last.get("autotune")  # what num_workers="auto" settled on, if asked
     control = None
@@ -49,6 +50,7 @@ def verify_recommendation(
         "verdict": _verdict(rec["changed"], measured, before, control),
         **({"cache": cache} if cache else {}),
         **({"autotune": tuned} if tuned else {}),
+        **({"workers": workers} if workers else {}),
     }
 
 
@@ -87,7 +89,24 @@ def _rate_under(command: Sequence[str], window: dict[str, Any], kwargs: Any) -> 
     figures = (doc.get("stats") or {}).get("cache") or {}
     if doc.get("prefilled") or figures.get("level") == "file":
         _last.update(prefilled=doc.get("prefilled"), stats=figures)
+    if kwargs is not None:
+        _last["workers"] = worker_figures(doc)
     return round(run_of("cold", doc).samples_per_s, 1)
+
+
+def worker_figures(doc: dict[str, Any]) -> dict[str, Any]:
+    """What the run's workers spent per sample (ms: CPU, waiting for a core) and the cores
+    other processes kept busy meanwhile: beside a price, they say whether a gap is the
+    cost per sample or the machine's load."""
+    from unstall.analysis.rates.script import figures
+
+    f = figures(doc)
+    out: dict[str, Any] = {"other_cores": round(f.other_cores, 2)}
+    if f.worker_cpu_s is not None:
+        out["cpu_ms_per_sample"] = round(f.worker_cpu_s * 1e3, 3)
+        out["core_wait_ms_per_sample"] = round((f.worker_runq_s or 0.0) * 1e3, 3)
+    out["main_cpu_ms_per_sample"] = round(f.proc_cpu_s * 1e3, 3)
+    return out
 
 
 def _path(tuned: dict[str, Any]) -> list[int]:
