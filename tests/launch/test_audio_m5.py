@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -31,6 +32,21 @@ def _script(data: Path, ids: Path, epochs: int) -> list[str]:
     command = [sys.executable, str(SCRIPT), str(data), "--epochs", str(epochs)]
     command += ["--batch-size", "4", "--workers", "2", "--samples", str(SAMPLES)]
     return [*command, "--model-rate", "100000", "--ids", str(ids)]
+
+
+def _start(command: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        start_new_session=True,  # its workers too are stopped on a failure (`os.killpg`)
+    )
+
+
+def _finish(process: subprocess.Popen) -> tuple[str, str]:
+    return process.communicate(timeout=300)
 
 
 def _records(ids: Path) -> list[dict]:
@@ -56,31 +72,28 @@ def test_sample_cache_serves_every_clip_once_per_epoch_bit_identical(tmp_path, m
     monkeypatch.setenv("UNSTALL_CACHE_KEEP_S", "120")  # the segment outlives the job: listed
     data = tmp_path / "data"
     make_audio_dataset(data, clips=CLIPS, classes=2, seconds=1.0, progress=False)
-    expected = _expected(data)
-    assert len(expected) == CLIPS  # ten different waveforms: a hash names a clip
 
-    plain = tmp_path / "plain.jsonl"
-    done = subprocess.run(
-        _script(data, plain, 1), capture_output=True, text=True, timeout=300, cwd=tmp_path
-    )
-    assert done.returncode == 0, done.stderr
+    plain, cached = tmp_path / "plain.jsonl", tmp_path / "cached.jsonl"
     config = tmp_path / "samples.json"
     config.write_text(json.dumps({"kwargs": {"cache": {"size": "64MiB", "hold": "samples"}}}))
-    cached = tmp_path / "cached.jsonl"
     command = [sys.executable, "-m", "unstall", "run", "--config", str(config), "--"]
+    # the script as it is and under the config, side by side (each reads the clips alone)
+    runs = [_start(_script(data, plain, 1), tmp_path)]
+    runs.append(_start(command + _script(data, cached, 2), tmp_path))
     try:
-        done = subprocess.run(
-            command + _script(data, cached, 2),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=tmp_path,
-        )
-        assert done.returncode == 0, done.stderr
-        assert "caching ClipFolder's 10 prepared samples (deterministic: checked" in done.stderr
+        expected = _expected(data)  # meanwhile, in this process
+        assert len(expected) == CLIPS  # ten different waveforms: a hash names a clip
+        (_, plain_err), (_, err) = (_finish(p) for p in runs)
+        assert runs[0].returncode == 0, plain_err
+        assert runs[1].returncode == 0, err
+        assert "caching ClipFolder's 10 prepared samples (deterministic: checked" in err
         segments = [s for s in list_caches() if s["tier"] == "ram"]
         assert [(s["items"], s["items_cached"]) for s in segments] == [(CLIPS, CLIPS)]
     finally:
+        for p in runs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
         for s in list_caches():
             clear_caches(s["name"], force=True)
 

@@ -29,6 +29,7 @@ import inspect
 import re
 import sys
 import types
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +202,24 @@ def _module_part(module: Any) -> str:
     return f"module {top} {version}"
 
 
+#: Each class's and function's code digest, once per object: a class's source is found by
+#: parsing its whole module (2-3 s of a binding's fingerprint, for torchvision's transforms).
+#: A redefined function or class is another object, digested afresh.
+_code_digests: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
 def _code_digest(obj: Any) -> str:
+    try:
+        return _code_digests[obj]
+    except (KeyError, TypeError):  # not yet; or an object that takes no weak reference
+        pass
+    out = _code_digest_of(obj)
+    with contextlib.suppress(TypeError):
+        _code_digests[obj] = out
+    return out
+
+
+def _code_digest_of(obj: Any) -> str:
     try:
         return _digest(inspect.getsource(obj).encode())
     except (OSError, TypeError):
