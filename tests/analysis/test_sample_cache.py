@@ -82,6 +82,22 @@ def test_a_cached_sample_costs_its_read_and_collate_for_the_share_that_fits() ->
     assert none.predicted is None and row(none)["not_applicable"].startswith("the node's room")
 
 
+def test_the_process_is_priced_at_its_loops_cost_per_sample_at_the_models_rate() -> None:
+    """The job as it is ran 95 samples/s with its process at 1 ms of CPU per sample (mostly
+    CPU per second); its loop at the model's rate costs 0.05 ms: the cached share pays that."""
+    rates = replace(RATES, cores=1.0, proc_cpu_s=0.001)
+    job = Job(rates, BASE, 95.0)
+    slow = sample_cache_row(job, FACTS, room=None)
+    fast = sample_cache_row(job, {**FACTS, "loop_s": 0.00005}, room=None)
+    # one core shared by the workers and the process: 1 / (0.5 ms + the process's)
+    assert slow.predicted == pytest.approx(1 / (0.0005 + 0.001), rel=1e-3)
+    assert fast.predicted == pytest.approx(1 / (0.0005 + 0.00005), rel=1e-3)
+    assert fast.facts["worker_cpu_ms_per_sample"]["process"] == 0.05
+    entry = int(8192 * 1.25) + 4096
+    half = sample_cache_row(job, {**FACTS, "loop_s": 0.00005}, room=entry * 500)
+    assert half.facts["worker_cpu_ms_per_sample"]["process"] == pytest.approx(0.525)
+
+
 def test_a_failed_check_is_said_and_never_priced() -> None:
     facts = {"applies": False, "check": "same output", "why": "dataset[3] differs"}
     out = row(sample_cache_row(Job(RATES, BASE, 95.0), facts, room=None))
@@ -106,7 +122,8 @@ def test_prep_bound_script_gets_the_sample_cache(tmp_path, root):
     assert row["share"] == 1.0 and row["determinism"] == "checked", row
     # a float32 tensor of the file's bytes and an int label, as the codec stores them
     assert SIZE * 4 <= row["bytes_per_sample"] < SIZE * 4 + 1024, row
-    assert row["worker_cpu_ms_per_sample"]["dataset"] >= 15.0, row
+    per = row["worker_cpu_ms_per_sample"]
+    assert per["dataset"] >= 15.0 and 0 < per["process"] < per["dataset"], row
     v = report["verified"]
     assert v["kwargs"] == rec["kwargs"], v
     assert v["cache"]["prefilled"] == {

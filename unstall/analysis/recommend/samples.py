@@ -2,9 +2,11 @@
 
 Under ``unstall run --config`` with ``{"kwargs": {"cache": {"size": ..., "hold":
 "samples"}}}`` (`unstall.cache.points`), a deterministic dataset's samples are prepared
-once: from the second epoch a worker's CPU per sample is the read measured on the job's own
-samples (their stored bytes decoded) and their collate into a batch
-(`unstall.analysis.measure.script.samples`), and its file is not read. The price is the model's
+once: from the second epoch a worker's CPU per sample is a cache hit timed on the job's own
+samples (the worker's path: lookup, copy, decode) and their collate into a batch
+(`unstall.analysis.measure.script.samples`), and its file is not read; the training
+process's CPU per sample is its loop's at the model's rate (the synthetic run's: the job
+as it is spreads the process's CPU per second over a few samples). The price is the model's
 (`unstall.analysis.model.predict`) at the job's own workers with that CPU per sample, for
 the share of the samples the node's room holds (the rest prepared as now); from epoch 2
 on, the steady state the verification measures.
@@ -48,9 +50,14 @@ def sample_cache_row(job: Job, facts: dict[str, Any], room: float | None) -> Opt
     cached = facts["read_s"] + facts.get("collate_s", 0.0)
     prep = share * cached + (1.0 - share) * rates.prep_cpu_s
     rest = 1.0 - share
+    # the training process per sample at the cached rate: its loop's, measured at the
+    # model's rate, not the slow job's CPU per second over its few samples
+    loop = facts.get("loop_s")
+    proc = rates.proc_cpu_s if loop is None else share * loop + rest * rates.proc_cpu_s
     rates = replace(
         rates,
         prep_cpu_s=prep,
+        proc_cpu_s=proc,
         latency_s=rates.latency_s * rest,
         sample_bytes=max(1.0, rates.sample_bytes * rest),
     )
@@ -64,6 +71,7 @@ def sample_cache_row(job: Job, facts: dict[str, Any], room: float | None) -> Opt
         "dataset": round(facts["prep_s"] * 1e3, 3),
         "read": round(facts["read_s"] * 1e3, 3),
         "collate": round(facts.get("collate_s", 0.0) * 1e3, 3),
+        "process": round(proc * 1e3, 3),
     }
     return option(
         "samples",

@@ -56,7 +56,7 @@ def advise(a: Analysis) -> Advice:
         files=files,
         wire=m.extra.get("wire"),
         cluster=machine.ray_address(),
-        samples=m.extra.get("sample_cache"),
+        samples=with_loop_cost(m.extra.get("sample_cache"), m.docs.get("synthetic")),
         room=m.machine.cache_room_bytes,
     )
     options = remedies(job, seen, workers=rec["kwargs"]["num_workers"])
@@ -89,3 +89,16 @@ def unpriced_if_short(auto: Option, window_s: float) -> Option:
     return option(
         "auto", 1.0, config=auto.config, unpriced="short", eligible=False, **facts, **short
     )
+
+
+def with_loop_cost(facts: dict[str, Any] | None, synthetic: dict[str, Any] | None) -> Any:
+    """The sample cache's ``facts`` with ``loop_s``: the training process's CPU per sample
+    when it runs at the model's rate (the synthetic run's), the main-process cost the
+    cached job pays per sample. The job as it is measured a few samples a second, where
+    the process's CPU per sample is mostly its CPU per second spread over them."""
+    if not facts or not facts.get("applies") or not synthetic or not synthetic.get("steps"):
+        return facts
+    from unstall.analysis.rates.script import figures
+
+    loop_s = figures(synthetic).proc_cpu_s
+    return {**facts, "loop_s": round(loop_s, 7)} if loop_s > 0 else facts
