@@ -147,6 +147,53 @@ def _large_folder(root: Path, source: str, images: int) -> str:
     return os.fspath(root)
 
 
+def _costs(data: str, pictures: int = 16) -> dict[str, float]:
+    """Median thread-CPU ms per training image on one thread, in this process: its JPEG
+    decoded (torchvision's loader), the random tail run on the decoded image
+    (``RandomResizedCrop`` ... ``Normalize``), a decoded entry read back into an image
+    (`codec.decode` of its stored pixels) and the whole ``dataset[i]``: what bounds a
+    cache of decoded images, which saves the decode alone and pays the read back."""
+    import time
+
+    import numpy as np
+    import torch
+    import torchvision
+    from torchvision import transforms as T
+
+    from unstall.cache.points import codec
+
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    tail = T.Compose(
+        [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(mean, std)]
+    )
+    dataset = torchvision.datasets.ImageFolder(data, transform=tail)
+    load = torchvision.datasets.folder.default_loader
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a loader worker
+    spent: dict[str, list[float]] = {"decode": [], "tail": [], "read_back": [], "sample": []}
+    try:
+        for i in range(min(pictures, len(dataset))):
+            path = dataset.samples[i][0]
+            stored = codec.encode(load(path))
+            for name, work in (
+                ("decode", lambda p=path: load(p)),
+                ("read_back", lambda b=stored: codec.decode(b)),
+                ("tail", lambda b=stored: tail(codec.decode(b))),
+                ("sample", lambda i=i: dataset[i]),
+            ):
+                times = []
+                for _ in range(3):  # the least of three: a cache another process thrashed
+                    t0 = time.thread_time()
+                    work()
+                    times.append(time.thread_time() - t0)
+                spent[name].append(min(times))
+    finally:
+        torch.set_num_threads(threads)
+    out = {f"{k}_ms": 1000 * float(np.median(v)) for k, v in spent.items()}
+    out["tail_ms"] -= out["read_back_ms"]  # timed on a read-back image: its read taken off
+    return {k: round(v, 3) for k, v in out.items()}
+
+
 def _pairs(
     work: Path,
     data: str,
@@ -188,6 +235,23 @@ def _pairs(
     }
 
 
+def _bound(costs: dict[str, float], pair: dict[str, Any], images: int) -> dict:
+    """What bounds a mixed cache against the byte cache of the same size (``pair``): the
+    CPU each decoded sample saved (the byte cache's CPU per sample less the mixed one's,
+    over the share held decoded), against what the goal needed per decoded sample and the
+    decode a decoded entry skips (``costs``)."""
+    share = (pair["new_cache"] or {}).get("decoded_samples", 0) / max(images, 1)
+    base, new = pair["base_cpu_ms"], pair["new_cpu_ms"]
+    saved = (base - new) / share if share else 0.0
+    need = base * (1 - 1 / GOAL_MIXED) / share if share else float("inf")
+    return {
+        "decoded_share": round(share, 3),
+        "saved_per_decoded_ms": round(saved, 2),
+        "needed_per_decoded_ms": round(need, 2),
+        "decode_ms": costs["decode_ms"],
+    }
+
+
 def _row(case: str, baseline: str, new: str, pair: dict[str, Any], goal: float) -> dict:
     """A table row for one pair's medians."""
     return {
@@ -222,6 +286,7 @@ def run(
         work = Path(tmp)
         train_data = _large_folder(work / "large", data, large)
         train_total = read_all(train_data)
+        costs = _costs(train_data)
         decoded_set = large * LARGE[0] * LARGE[1] * 3
         third, twelfth = decoded_set // 3, decoded_set // 12
         if console is not None:
@@ -253,6 +318,7 @@ def run(
         goal = GOAL_MIXED if label == "third" else 1.0
         rows.append(_row(case, "hold=bytes", "hold=auto", mixed[label], goal))
     met = val["ratio"] >= GOAL_VALIDATION and mixed["third"]["ratio"] >= GOAL_MIXED
+    bound = _bound(costs, mixed["third"], large)
     third, twelfth = mixed["third"], mixed["twelfth"]
     notes = [
         f"validation: {val['ratio']:.2f}x samples/s (pairs {val['ratios']}; goal >= "
@@ -263,6 +329,11 @@ def run(
         f"at a twelfth: {twelfth['ratio']:.2f}x (pairs {twelfth['ratios']}); CPU per sample "
         f"{twelfth['cpu_ratio']:.2f}x less (pairs {twelfth['cpu_ratios']}; goal: never "
         "below the byte cache)",
+        f"a training image, one thread: decode {costs['decode_ms']:.1f} ms, the random tail "
+        f"{costs['tail_ms']:.1f} ms, a decoded entry read back {costs['read_back_ms']:.1f} ms, "
+        f"dataset[i] {costs['sample_ms']:.1f} ms; at a third, {bound['decoded_share']:.0%} of "
+        f"the samples held decoded each saved {bound['saved_per_decoded_ms']:.1f} ms of CPU; "
+        f"{GOAL_MIXED}x needed {bound['needed_per_decoded_ms']:.1f} ms each",
         "CPU per sample: the script's and its workers' CPU seconds over passes 2-3 "
         "(getrusage; the workers exit at each pass's end), a figure other jobs on the "
         "machine move less than samples/s",
@@ -278,6 +349,8 @@ def run(
             "goals_met": met,
             "validation": val,
             "mixed": mixed,
+            "costs": costs,
+            "bound": bound,
             "config": {
                 "images": images,
                 "dataset_bytes": total,

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from unstall import machine
 from unstall.cache.files import file_version, tier_put
 from unstall.cache.points import codec
 from unstall.cache.points.determinism import Verdict, verdict_for
@@ -198,7 +199,7 @@ def prefill_samples(binding: Any, dataset: Any, workers: int = 1) -> dict[str, A
         return None
     n = len(dataset)
     end = time.monotonic() + FILL_MAX_S
-    procs = max(1, min(int(workers or 1), os.cpu_count() or 1, n))
+    procs = max(1, min(int(workers or 1), machine.cores_available(), n))
     try:
         _filling[:] = [layer, dataset, procs, end]  # inherited by the forked processes
         if procs == 1:
