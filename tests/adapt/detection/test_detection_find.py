@@ -145,6 +145,26 @@ def test_unknown_op_leaves_the_pipeline_as_it_is_with_its_line(jpegs, capsys) ->
     assert [t["image_id"] for t in targets] == [0, 1, 2, 3]
 
 
+def test_nothing_to_fold_leaves_the_pipeline_as_it_is_with_its_line(jpegs, capsys) -> None:
+    """A flip alone (Faster R-CNN's hflip preset), colours or type ops: a plan would do the
+    same work plus its own (0.80x end to end on the hflip preset), so the dataset is run as
+    it is, and the one line says why."""
+    for ops in ([T.RandomHorizontalFlip()], [T.RandomPhotometricDistort(), T.RandomVerticalFlip()]):
+        dataset = Boxes(jpegs, T.Compose([*ops, *SSD[5:]]))
+        loader = unstall.DataLoader(dataset, batch_size=4, collate_fn=_collate, prep="lean")
+        err = capsys.readouterr().err
+        assert err.count("unstall: prep=") == 1
+        assert (
+            "unstall: prep='lean': detection pipeline left as it is: nothing to fold (no "
+            "zoom-out, IoU crop or resize to plan): a plan would cost more than the pipeline "
+            "as it is"
+        ) in err
+        assert loader.dataset is dataset
+    for folded in (T.RandomZoomOut(fill=FILL), T.RandomIoUCrop(), T.Resize(32)):
+        found = find_detection(Boxes(jpegs, T.Compose([folded, T.RandomHorizontalFlip()])))
+        assert found is not None and not isinstance(found, Refusal), (folded, found)
+
+
 def test_refusals_name_what_is_not_planned(jpegs) -> None:
     cases = {
         "ElasticTransform is not one unstall plans": [T.ElasticTransform()],

@@ -57,6 +57,15 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
         console.print(escape(f"  remedy [{r['remedy']}]: {r['what']}: {gain}"))
         if r["remedy"] == "remote" and r.get("config"):
             console.print(escape(f"    {remote_text(r)}"))
+        if r["remedy"] == "detection" and r.get("worker_cpu_ms_per_sample"):
+            cpu = r["worker_cpu_ms_per_sample"]
+            console.print(
+                escape(
+                    f"    CPU per sample in a worker: {cpu['now']:g} ms as it is, "
+                    f"{cpu['planned']:g} ms planned ({r['samples_timed']} of the job's samples "
+                    f"timed side by side); config {json.dumps(r['config'])}"
+                )
+            )
     if len(report.get("loaders") or []) > 1:
         console.print(_loaders_table(report["loaders"]))
     v = report.get("verified")
