@@ -17,8 +17,10 @@ import time
 from typing import Any
 
 #: Sample pairs timed (each index as it is, then planned): the SSD preset's 1024x768 images
-#: take ~0.2 s a pair on one core.
-DETECTION_SAMPLES = 12
+#: take ~0.2 s a pair on one core. Its random canvas (1-16x the image's pixels) makes a
+#: few samples' mean swing: on 500x375 JPEGs, 12 pairs gave 2.09-2.22x, 24 and 48 gave
+#: 1.93-1.94x, 96 2.02x (the script's own end to end, planned against as is: 2.04x).
+DETECTION_SAMPLES = 24
 
 
 def detection_probe(dataset: Any, samples: int = DETECTION_SAMPLES) -> dict[str, Any] | None:
