@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from unstall.analysis.report.pages import remedies_html
 from unstall.analysis.report.terminal import auto_text, remote_text
 from unstall.analysis.report.timeline import LOOP, lane_order, lanes, write_trace
 from unstall.analysis.report.words import recommendation_lines
@@ -182,6 +183,7 @@ def _recommendation(report: dict[str, Any]) -> str:
             "<p>Apply it: <code>unstall run --config recommendation.json -- python train.py"
             "</code></p>"
         )
+    text += remedies_html()
     items = []
     for r in report.get("remedies", []):
         if r["remedy"] == "auto":
