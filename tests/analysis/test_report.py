@@ -122,13 +122,7 @@ def test_auto_row_is_priced_on_the_page(report, tmp_path):
     price = f"<td>{row['predicted_samples_per_s']:,.0f}</td>"
     page = Path(report["html"]).read_text()
     assert f"<tr data-remedy='auto' data-state='{state}'>" in page and price in page
-    dom = subprocess.run(
-        [*chromium_flags(tmp_path), "--dump-dom", Path(report["html"]).as_uri()],
-        check=True,
-        timeout=90,
-        capture_output=True,
-        text=True,
-    ).stdout
+    dom = _dom(report, tmp_path)
     tag = f'<tr data-remedy="auto" data-state="{state}">'
     assert tag in dom and price in dom[dom.index(tag) :], dom[-2000:]
     assert f"settles on {row['settles_on']} workers" in dom
@@ -139,13 +133,7 @@ def test_recommendation_links_which_remedy_when(report, tmp_path):
     """The recommendation links "which remedy when" (docs/remedies.md): on the page as the
     browser builds it, after the recommendation, to the page's file in this clone; the
     terminal prints that file's path."""
-    dom = subprocess.run(
-        [*chromium_flags(tmp_path), "--dump-dom", Path(report["html"]).as_uri()],
-        check=True,
-        timeout=90,
-        capture_output=True,
-        text=True,
-    ).stdout
+    dom = _dom(report, tmp_path)
     page = ROOT / "docs" / "remedies.md"
     link = f'<a class="remedies-page" href="{page.as_uri()}"><code>docs/remedies.md</code></a>'
     assert f"Which remedy when, and what each needs: {link}" in dom, dom[-3000:]
@@ -154,6 +142,17 @@ def test_recommendation_links_which_remedy_when(report, tmp_path):
     console = Console(record=True, width=400, file=io.StringIO())
     print_summary(report, console)
     assert f"Which remedy when, and what each needs: {page}" in console.export_text()
+
+
+def _dom(report: dict, tmp_path: Path) -> str:
+    """The report's page as headless Chromium builds it."""
+    return subprocess.run(
+        [*chromium_flags(tmp_path), "--dump-dom", Path(report["html"]).as_uri()],
+        check=True,
+        timeout=90,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 def _cache(report: dict) -> dict:
