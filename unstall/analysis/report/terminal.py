@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from unstall.analysis.measure.probe import UNLIMITED
+from unstall.analysis.report.pages import remedies_line
 from unstall.analysis.report.words import kwargs_text, recommendation_lines
 
 
@@ -45,6 +46,7 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
         console.print(_grid_table(report["what_if"]))
     for line in recommendation_lines(report["recommendation"]):
         console.print(escape(line))
+    console.print(escape(remedies_line()))
     for r in report.get("remedies", []):
         if r["remedy"] == "auto":
             console.print(escape(f"  remedy [auto]: {auto_text(r)}"))
