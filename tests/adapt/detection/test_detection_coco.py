@@ -5,18 +5,16 @@ planned, and its targets exactly torchvision's for the same draws."""
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import torch
 import torchvision
 from PIL import Image
-from torchvision import tv_tensors
 from torchvision.transforms import v2 as T
 
 import unstall
-from tests.adapt.detection.samples import FILL
+from tests.adapt.detection.samples import PRESETS, same_draws
 from unstall.adapt.detection import DetectionPlan, PlannedDetection, find_detection
 from unstall.adapt.recognize import Refusal
 
@@ -31,23 +29,13 @@ COLOUR_TOLERANCE = (2.0, 40.0)  # test_detection_plan.py's: mean and worst grey 
 
 
 def ssd(resize: bool) -> T.Compose:
-    """references/detection/presets.py's "ssd" (v2, tv_tensor backend): masks padded with
-    0, the image with the mean; with a ``Resize`` as the issue's script has."""
-    fill = defaultdict(lambda: FILL, {tv_tensors.Mask: 0})
-    return T.Compose(
-        [
-            T.ToImage(),
-            T.RandomPhotometricDistort(),
-            T.RandomZoomOut(fill=fill),
-            T.RandomIoUCrop(),
-            T.RandomHorizontalFlip(p=0.5),
-            *([T.Resize((64, 64))] if resize else []),
-            T.ToDtype(torch.float, scale=True),
-            T.ConvertBoundingBoxFormat(tv_tensors.BoundingBoxFormat.XYXY),
-            T.SanitizeBoundingBoxes(),
-            T.ToPureTensor(),
-        ]
-    )
+    """references/detection/presets.py's "ssd" (samples.py's ``reference_ssd``: masks
+    padded with 0, the image with the mean); with a ``Resize`` after the flip as the
+    issue's script has."""
+    ops = list(PRESETS["reference_ssd"]().transforms)
+    if resize:
+        ops.insert(5, T.Resize((64, 64)))
+    return T.Compose(ops)
 
 
 @pytest.fixture(scope="module")
@@ -134,18 +122,9 @@ def test_targets_are_torchvisions_for_the_same_draws(coco, resize: bool) -> None
     means = []
     for seed in range(6):
         for index in range(len(IDS)):
-            torch.manual_seed(seed)
-            img_a, tgt_a = dataset[index]
-            state = torch.get_rng_state()
-            torch.manual_seed(seed)
-            img_b, tgt_b = plan[index]
-            assert torch.equal(torch.get_rng_state(), state), (seed, index)
-            assert tgt_a.keys() == tgt_b.keys() == set(KEYS)
-            assert tgt_b["image_id"] == IDS[index] and tgt_b["iscrowd"] == tgt_a["iscrowd"]
-            for key in ("boxes", "labels", "masks"):
-                a, b = tgt_a[key], tgt_b[key]
-                assert type(a) is type(b) and a.dtype == b.dtype, (key, seed, index)
-                assert torch.equal(a, b), (key, seed, index)
+            theirs, ours = same_draws(dataset, plan, index, seed, ("boxes", "labels", "masks"))
+            (img_a, _), (img_b, tgt_b) = theirs, ours
+            assert tgt_b.keys() == set(KEYS) and tgt_b["image_id"] == IDS[index]
             labels = tgt_b["labels"].tolist()
             originals = [10 * (n + 1) + index for n in range(2 + index)]
             kept = [originals.index(label) for label in labels]
