@@ -266,39 +266,6 @@ def train_goals() -> str:
     )
 
 
-#: `unstall bench torchvision`'s committed runs, in the order the guide tells them
-TORCHVISION_RUNS = ("idle1", "idle2", "", "run1", "run2", "run3")
-
-
-def torchvision_runs(bench: Path = BENCH) -> str:
-    """One row per committed run of `unstall bench torchvision`: the load other processes put
-    on the machine, both sides' medians, the pairs' ratios and the two ways to sum them up."""
-    import statistics
-
-    rows = [
-        "| run | others' cores | as is (median) | under the config (median) | pairs' ratios "
-        "| median pair | ratio of the medians |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for variant in TORCHVISION_RUNS:
-        stem = f"torchvision-{variant}" if variant else "torchvision"
-        path = bench / f"{stem}.json"
-        if not path.is_file():
-            continue
-        res = json.loads(path.read_text())["result"]
-        others = res.get("others_cores", {})
-        load = statistics.median([*others.get("as_is", []), *others.get("applied", [])])
-        name = f"`{variant}`" if variant else "`torchvision` (the headline)"
-        ratio = f"{res['ratio']:.2f}x"
-        rows.append(
-            f"| {name} | {load:.2f} | {res['baseline']['samples_per_s']:,.0f}/s "
-            f"| {res['unstall']['samples_per_s']:,.0f}/s "
-            f"| {', '.join(f'{r:.2f}' for r in res['pair_ratios'])} "
-            f"| {f'**{ratio}**' if not variant else ratio} | {res['ratio_of_medians']:.2f}x |"
-        )
-    return "\n".join(rows) + "\n"
-
-
 #: `unstall bench autotune`'s jobs, as the guide names them
 AUTOTUNE_JOBS = {
     "prep_bound": "prep-bound, asked 8 x 4",
@@ -353,8 +320,19 @@ def outputs(headline_rows: list[tuple[str, ...]]) -> dict[Path, str]:
         GENERATED / "peers-measured.md": measured_against_peers(headline_rows),
         GENERATED / "remedies.md": remedies_table(headline_rows),
         GENERATED / "train-goals.md": train_goals(),
-        GENERATED / "torchvision-runs.md": torchvision_runs(),
         GENERATED / "autotune-summary.md": autotune_summary(),
         GENERATED / "torchvision-ops.md": ops_table(),
         GENERATED / "benches.md": benches_list(),
+        **_torchvision().outputs(),
     }
+
+
+def _torchvision():
+    """docs/gen_torchvision.py (the torchvision guide's tables), loaded by path (the docs
+    folder is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_torchvision", DOCS / "gen_torchvision.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

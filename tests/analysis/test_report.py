@@ -3,6 +3,7 @@ in a real browser (headless Chromium; skipped where it is not installed)."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
@@ -12,11 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from rich.console import Console
 
 from tests.analysis.conftest import derived_of, make_workload, write_files
 from tests.browser import CHROMIUM, NOT_INSTALLED, chromium_flags
+from tests.docs.markdown_blocks import ROOT
 from unstall.analysis import analyze_workload, report_of
 from unstall.analysis.report.html import TITLES
+from unstall.analysis.report.terminal import print_summary
 from unstall.loader.autotune.controller import START_WORKERS
 
 
@@ -118,16 +122,37 @@ def test_auto_row_is_priced_on_the_page(report, tmp_path):
     price = f"<td>{row['predicted_samples_per_s']:,.0f}</td>"
     page = Path(report["html"]).read_text()
     assert f"<tr data-remedy='auto' data-state='{state}'>" in page and price in page
-    dom = subprocess.run(
+    dom = _dom(report, tmp_path)
+    tag = f'<tr data-remedy="auto" data-state="{state}">'
+    assert tag in dom and price in dom[dom.index(tag) :], dom[-2000:]
+    assert f"settles on {row['settles_on']} workers" in dom
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NOT_INSTALLED)
+def test_recommendation_links_which_remedy_when(report, tmp_path):
+    """The recommendation links "which remedy when" (docs/remedies.md): on the page as the
+    browser builds it, after the recommendation, to the page's file in this clone; the
+    terminal prints that file's path."""
+    dom = _dom(report, tmp_path)
+    page = ROOT / "docs" / "remedies.md"
+    link = f'<a class="remedies-page" href="{page.as_uri()}"><code>docs/remedies.md</code></a>'
+    assert f"Which remedy when, and what each needs: {link}" in dom, dom[-3000:]
+    assert dom.index('class="recommendation"') < dom.index(link) < dom.index("<h3>")
+    assert page.read_text().startswith("# Which remedy when\n")
+    console = Console(record=True, width=400, file=io.StringIO())
+    print_summary(report, console)
+    assert f"Which remedy when, and what each needs: {page}" in console.export_text()
+
+
+def _dom(report: dict, tmp_path: Path) -> str:
+    """The report's page as headless Chromium builds it."""
+    return subprocess.run(
         [*chromium_flags(tmp_path), "--dump-dom", Path(report["html"]).as_uri()],
         check=True,
         timeout=90,
         capture_output=True,
         text=True,
     ).stdout
-    tag = f'<tr data-remedy="auto" data-state="{state}">'
-    assert tag in dom and price in dom[dom.index(tag) :], dom[-2000:]
-    assert f"settles on {row['settles_on']} workers" in dom
 
 
 def _cache(report: dict) -> dict:

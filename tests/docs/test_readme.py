@@ -28,10 +28,23 @@ TERMS = [
     ("prep", r"\bprep\b", r"\*prep\*: decoding and augmenting"),
     ("fetch", r"\bfetch\b", r"\*fetch\*: reading from storage"),
     ("C/N", r"C/N", r"a cache of C items out of a dataset of N"),
+    ("cache=", r"\bcache=", r"`cache=`: a cache of read files in shared memory"),
     ("lean", r"\blean\b", r'`prep="lean"`: for a torchvision'),
     ("GPU prep", r'prep="gpu"|\bGPU prep\b', r'`prep="gpu"` decodes on\s+the GPU'),
     ("hybrid", r"\bhybrid\b", r'`prep="hybrid"` splits the work'),
     ("remote", r"\bremote=", r"`remote=`: Ray actors on other machines"),
+    ("shards", r"\bshards\b", r"\*Shards\* are files that each pack many samples"),
+    (
+        "tar/MDS shards",
+        r"\bMDS\b|\btar shards\b",
+        r"\(webdataset's tar shards, Mosaic Streaming's MDS",
+    ),
+    (
+        "coordinated group",
+        r"\bcoordinated group\b",
+        r"a \*coordinated group\* is a sweep's jobs on one node, reading the same data",
+    ),
+    ("LRU", r"\bLRU\b", r"(?!)"),
     ("zero-copy", r"zero-copy", r"(?!)"),  # not defined in the README: not to be used there
     ("differential method", r"differential", r"(?!)"),
     ("whole-batch fetching", r"whole-batch", r"(?!)"),

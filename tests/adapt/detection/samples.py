@@ -77,3 +77,25 @@ PRESETS = {
         ]
     ),
 }
+
+
+def same_draws(dataset, planned, index: int, seed: int, tensors: tuple[str, ...]):
+    """``dataset[index]`` and ``planned[index]`` from the same state of torch's generator:
+    asserts the plan drew as many numbers and that each of the ``tensors`` keys of the
+    targets is torchvision's (type, dtype, values: exact), and the others equal; returns
+    both ``(image, target)`` pairs."""
+    torch.manual_seed(seed)
+    theirs = dataset[index]
+    state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    ours = planned[index]
+    assert torch.equal(torch.get_rng_state(), state), (seed, index)  # no more, no fewer
+    (_, a), (_, b) = theirs, ours
+    assert a.keys() == b.keys(), (seed, index)
+    for key in a:
+        if key in tensors:
+            assert type(a[key]) is type(b[key]) and a[key].dtype == b[key].dtype, (key, seed)
+            assert torch.equal(a[key], b[key]), (key, seed, index)
+        else:
+            assert a[key] == b[key], (key, seed, index)
+    return theirs, ours

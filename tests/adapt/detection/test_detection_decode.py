@@ -79,9 +79,10 @@ def test_small_output_decodes_at_a_reduced_scale(scales) -> None:
 
 
 def test_full_size_output_uses_the_scripts_own_decode(scales) -> None:
-    dataset = Files(T.Compose([T.RandomHorizontalFlip()]))
+    dataset = Files(T.Compose([T.RandomZoomOut(p=1.0), T.RandomHorizontalFlip()]))
     for index in range(4):
-        _, (a, ta), (b, tb) = _pair(dataset, index, seed=index)
+        planned, (a, ta), (b, tb) = _pair(dataset, index, seed=index)
+        assert planned is not dataset  # planned (a zoom-out to fold), not left as it is
         assert torch.equal(a, b) and torch.equal(ta["boxes"], tb["boxes"])
     assert scales == []  # never simplejpeg: torchvision's decode, bit-identical
 

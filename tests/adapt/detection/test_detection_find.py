@@ -12,6 +12,7 @@ import torchvision
 from PIL import Image
 from torchvision import tv_tensors
 from torchvision.io import decode_jpeg, read_file
+from torchvision.transforms import functional as F1
 from torchvision.transforms import v2 as T
 
 import unstall
@@ -145,6 +146,26 @@ def test_unknown_op_leaves_the_pipeline_as_it_is_with_its_line(jpegs, capsys) ->
     assert [t["image_id"] for t in targets] == [0, 1, 2, 3]
 
 
+def test_nothing_to_fold_leaves_the_pipeline_as_it_is_with_its_line(jpegs, capsys) -> None:
+    """A flip alone (Faster R-CNN's hflip preset), colours or type ops: a plan would do the
+    same work plus its own (0.80x end to end on the hflip preset), so the dataset is run as
+    it is, and the one line says why."""
+    for ops in ([T.RandomHorizontalFlip()], [T.RandomPhotometricDistort(), T.RandomVerticalFlip()]):
+        dataset = Boxes(jpegs, T.Compose([*ops, *SSD[5:]]))
+        loader = unstall.DataLoader(dataset, batch_size=4, collate_fn=_collate, prep="lean")
+        err = capsys.readouterr().err
+        assert err.count("unstall: prep=") == 1
+        assert (
+            "unstall: prep='lean': detection pipeline left as it is: nothing to fold (no "
+            "zoom-out, IoU crop or resize to plan): a plan would cost more than the pipeline "
+            "as it is"
+        ) in err
+        assert loader.dataset is dataset
+    for folded in (T.RandomZoomOut(fill=FILL), T.RandomIoUCrop(), T.Resize(32)):
+        found = find_detection(Boxes(jpegs, T.Compose([folded, T.RandomHorizontalFlip()])))
+        assert found is not None and not isinstance(found, Refusal), (folded, found)
+
+
 def test_refusals_name_what_is_not_planned(jpegs) -> None:
     cases = {
         "ElasticTransform is not one unstall plans": [T.ElasticTransform()],
@@ -159,3 +180,58 @@ def test_refusals_name_what_is_not_planned(jpegs) -> None:
     image_folder = torchvision.datasets.ImageFolder
     assert find_detection(list(range(3))) is None
     assert image_folder is not None  # an ImageFolder is the classification recognizer's
+
+
+class FixedSizeCrop(torch.nn.Module):
+    """torchvision's references/detection/transforms.py ``FixedSizeCrop`` as users copy it
+    (torchvision's transforms.v2 has no op of that name): a random crop to at most
+    ``size``, then padding at the bottom and right up to it, boxes moved and filtered."""
+
+    def __init__(self, size: tuple[int, int], fill: int = 0):
+        super().__init__()
+        self.crop_height, self.crop_width = size
+        self.fill = fill
+
+    def forward(self, img, target=None):
+        _, height, width = F1.get_dimensions(img)
+        new_height, new_width = min(height, self.crop_height), min(width, self.crop_width)
+        if new_height != height or new_width != width:
+            r = torch.rand(1)
+            top = int(max(height - self.crop_height, 0) * r)
+            left = int(max(width - self.crop_width, 0) * r)
+            img = F1.crop(img, top, left, new_height, new_width)
+            boxes = target["boxes"]
+            boxes[:, 0::2] -= left
+            boxes[:, 1::2] -= top
+            boxes[:, 0::2].clamp_(min=0, max=new_width)
+            boxes[:, 1::2].clamp_(min=0, max=new_height)
+            valid = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+            target["boxes"], target["labels"] = boxes[valid], target["labels"][valid]
+        pad_bottom = max(self.crop_height - new_height, 0)
+        pad_right = max(self.crop_width - new_width, 0)
+        if pad_bottom or pad_right:
+            img = F1.pad(img, [0, 0, pad_right, pad_bottom], self.fill, "constant")
+        return img, target
+
+
+def test_fixed_size_crop_from_the_references_is_left_as_it_is(jpegs, capsys) -> None:
+    """An op named FixedSizeCrop is the script's own class (copied from torchvision's
+    references): not planned, the pipeline left as it is, one line naming it; it runs."""
+    ops = [T.RandomHorizontalFlip(), FixedSizeCrop((72, 64)), T.ToDtype(torch.float32, scale=True)]
+    dataset = Boxes(jpegs, T.Compose(ops))
+    found = find_detection(dataset)
+    assert isinstance(found, Refusal)
+    assert found.reason == (
+        "transform FixedSizeCrop is not torchvision's (unstall plans transforms.v2)"
+    )
+    loader = unstall.DataLoader(dataset, batch_size=5, collate_fn=_collate, prep="lean")
+    err = capsys.readouterr().err
+    assert err.count("unstall: prep=") == 1
+    assert f"detection pipeline left as it is: {found.reason}" in err
+    assert loader.dataset is dataset
+    images, targets = next(iter(loader))
+    assert [t["image_id"] for t in targets] == [0, 1, 2, 3, 4]
+    for image, target in zip(images, targets, strict=True):
+        assert image.shape == (3, 72, 64)  # cropped 80 -> 64 wide, padded 60 -> 72 high
+        assert bool((image[:, 60:] == 0).all())  # the references' padding, fill 0
+        assert float(target["boxes"][:, 0::2].max()) <= 64

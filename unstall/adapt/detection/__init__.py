@@ -2,7 +2,7 @@
 
 from unstall.adapt.detection.dataset import PlannedDetection
 from unstall.adapt.detection.find import Found, find_detection
-from unstall.adapt.detection.hook import adapt_detection
+from unstall.adapt.detection.hook import adapt_detection, planned_dataset
 from unstall.adapt.detection.plan import DetectionPlan
 from unstall.adapt.detection.steps import Step, read_steps
 
@@ -13,5 +13,6 @@ __all__ = [
     "Step",
     "adapt_detection",
     "find_detection",
+    "planned_dataset",
     "read_steps",
 ]

@@ -12,7 +12,8 @@ calls a torchvision ``transforms.v2`` pipeline with ``(image, target)``:
 
 It answers None where the dataset is none of these (an ``ImageFolder``: classification,
 `unstall.adapt.recognize`'s), a `Refusal` where it is one but the pipeline holds an op
-unstall does not plan, else a `Found`.
+unstall does not plan, or nothing a plan folds away (a flip alone: `steps.nothing_to_fold`),
+else a `Found`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch.utils.data
 
-from unstall.adapt.detection.steps import Step, read_steps
+from unstall.adapt.detection.steps import Step, nothing_to_fold, read_steps
 from unstall.adapt.recognize import Refusal
 
 
@@ -54,6 +55,9 @@ def find_detection(dataset: Any) -> Found | Refusal | None:
     steps = read_steps(pipeline)
     if isinstance(steps, Refusal):
         return steps
+    idle = nothing_to_fold(steps)
+    if idle is not None:
+        return idle
     name = "".join(f"{n}(" for n in names) + label + ")" * len(names)
     return Found(owner=dataset, attr=attr, steps=steps, name=name)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from unstall.adapt.detection.find import find_detection
+from unstall.adapt.detection.find import Found, find_detection
 from unstall.adapt.recognize import Refusal
 
 
@@ -23,10 +23,18 @@ def adapt_detection(dataset: Any, prep: str, say: Callable[[str], None]) -> Any 
     if isinstance(found, Refusal):
         say(f"unstall: prep={prep!r}: detection pipeline left as it is: {found.reason}")
         return dataset
+    planned = planned_dataset(dataset, found)
+    where = "" if prep == "lean" else " (on the CPU workers: detection is planned there)"
+    plan = planned.plan
+    say(f"unstall: prep={prep!r}: {found.name} detection pipeline planned ({plan!r}){where}")
+    return planned
+
+
+def planned_dataset(dataset: Any, found: Found) -> Any:
+    """``dataset`` with the pipeline ``found`` in it run as a `DetectionPlan`: what
+    ``prep="lean"`` hands the loader, and what the analyzer times beside ``dataset[i]``."""
     from unstall.adapt.detection.dataset import PlannedDetection
     from unstall.adapt.detection.plan import DetectionPlan
 
     plan = DetectionPlan(found.steps, name=found.name)
-    where = "" if prep == "lean" else " (on the CPU workers: detection is planned there)"
-    say(f"unstall: prep={prep!r}: {found.name} detection pipeline planned ({plan!r}){where}")
     return PlannedDetection(dataset, found.owner, found.attr, plan, found.name)

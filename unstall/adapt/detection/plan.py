@@ -8,8 +8,8 @@ through the steps (`unstall.adapt.detection.steps`) in the script's order and:
   then the op's own ``make_params`` on inputs of the image's size (a stand-in that holds
   no pixels), so the draws are torchvision's for the same generator state;
 - applies each geometric op to the target with the op's own ``transform`` (boxes in any
-  format, masks none: a target with masks is not planned), and records its effect on the
-  pixels per axis (`resample.AxisOp`);
+  format, ``tv_tensors.Mask``: torchvision's result for the same draws; other keys as they
+  are), and records its effect on the pixels per axis (`resample.AxisOp`);
 - runs the target and type ops (``SanitizeBoundingBoxes``, ``ToDtype``...) as they are;
 - makes the output pixels in one resampling step from the decoded image (the zoom-out
   fill where the canvas has no image, flips folded in: `resample`), then the photometric

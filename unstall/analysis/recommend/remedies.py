@@ -8,6 +8,9 @@ short measurements on the job's own samples, never assumed:
 - ``lean``: unstall's `ImagePipeline(output="uint8")` (decode at reduced scale, crop,
   flip; normalize on the device), timed beside the job's own ``dataset[i]`` on a few of
   its JPEGs, in the job's process (`unstall.analysis.measure.lean`);
+- ``detection``: a torchvision detection pipeline run as unstall's plan (``prep="lean"``),
+  timed beside the job's own ``dataset[i]`` on its own samples, in place of ``lean``
+  (`unstall.analysis.recommend.detection`);
 - ``coordinate``: K jobs of a sweep on one node preparing each batch once;
 - ``gpu``: GPU decode, where a GPU decoder and a CUDA device are present (its rate is
   not guessed: the GPU stage timed on the job's files on that machine, or reported as
@@ -32,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from unstall.analysis.model.predict import predict
+from unstall.analysis.recommend.detection import detection_row
 from unstall.analysis.recommend.option import EDIT, SWEEP, Job, Option, option
 from unstall.analysis.recommend.remote import remote_row
 from unstall.analysis.recommend.samples import sample_cache_row
@@ -53,6 +57,9 @@ class Seen:
         samples: whether the whole-sample cache applies to the script's dataset, its bytes
             and read cost per sample (`unstall.analysis.measure.script.samples`).
         room: the bytes a node cache may take on this machine (free shared memory).
+        detection: the detection plan timed beside the job's own ``dataset[i]``
+            (`unstall.analysis.measure.script.detection`), None where the dataset is not a
+            detection one.
     """
 
     lean: dict[str, Any] | None = None
@@ -64,6 +71,7 @@ class Seen:
     cluster: str | None = None
     samples: dict[str, Any] | None = None
     room: float | None = None
+    detection: dict[str, Any] | None = None
 
 
 #: Jobs of a sweep the ``coordinate`` remedy is priced for (each prepares 1/K of the batches).
@@ -77,7 +85,10 @@ def remedies(job: Job, seen: Seen = Seen(), *, workers: int | None = None) -> li
     out: list[Option] = []
     rates, base, measured = job.rates, job.base, job.measured
     if job.bottleneck == "prep" and "prep" not in job.unknown:
-        out.append(_lean(job, seen.lean))
+        if seen.detection is not None:
+            out.append(detection_row(job, seen.detection))
+        else:
+            out.append(_lean(job, seen.lean))
         for k in SWEEP_JOBS:
             cheaper = replace(rates, prep_cpu_s=rates.prep_cpu_s / k)
             coordinate = {"kwargs": {"coordinate": "sweep"}}

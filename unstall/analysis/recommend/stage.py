@@ -58,6 +58,7 @@ def advise(a: Analysis) -> Advice:
         cluster=machine.ray_address(),
         samples=m.extra.get("sample_cache"),
         room=m.machine.cache_room_bytes,
+        detection=m.extra.get("detection_probe"),
     )
     options = remedies(job, seen, workers=rec["kwargs"]["num_workers"])
     over = d.extra.get("oversubscription") or {}

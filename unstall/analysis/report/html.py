@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from unstall.analysis.report.pages import remedies_html
 from unstall.analysis.report.terminal import auto_text, remote_text
 from unstall.analysis.report.timeline import LOOP, lane_order, lanes, write_trace
 from unstall.analysis.report.words import recommendation_lines
@@ -66,12 +67,14 @@ def _breakdown(path: str, report: dict[str, Any]) -> None:
     fig, ax = plt.subplots(figsize=(8, 2.8), dpi=100)
     left = [0.0, 0.0, 0.0]
     for (label, values), color in zip(parts.items(), ("compute", "prep", "fetch"), strict=True):
-        ax.barh(names, values, left=left, color=COLORS[color], label=label)
+        shown = label if any(values) else "_nolegend_"  # a part no bar has: not in the legend
+        ax.barh(names, values, left=left, color=COLORS[color], label=shown)
         left = [a + b for a, b in zip(left, values, strict=True)]
     ax.invert_yaxis()
+    ax.set_xlim(0, max(left) * 1.05)  # the longest bar ends inside the axes
     ax.set_xlabel("seconds per 1,000 samples")
     ax.set_title(TITLES["breakdown"])
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # beside, not on, the bars
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -182,6 +185,7 @@ def _recommendation(report: dict[str, Any]) -> str:
             "<p>Apply it: <code>unstall run --config recommendation.json -- python train.py"
             "</code></p>"
         )
+    text += remedies_html()
     items = []
     for r in report.get("remedies", []):
         if r["remedy"] == "auto":

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from unstall.analysis.measure.probe import UNLIMITED
+from unstall.analysis.report.pages import remedies_line
 from unstall.analysis.report.words import kwargs_text, recommendation_lines
 
 
@@ -45,6 +46,7 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
         console.print(_grid_table(report["what_if"]))
     for line in recommendation_lines(report["recommendation"]):
         console.print(escape(line))
+    console.print(escape(remedies_line()))
     for r in report.get("remedies", []):
         if r["remedy"] == "auto":
             console.print(escape(f"  remedy [auto]: {auto_text(r)}"))
@@ -57,6 +59,15 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
         console.print(escape(f"  remedy [{r['remedy']}]: {r['what']}: {gain}"))
         if r["remedy"] == "remote" and r.get("config"):
             console.print(escape(f"    {remote_text(r)}"))
+        if r["remedy"] == "detection" and r.get("worker_cpu_ms_per_sample"):
+            cpu = r["worker_cpu_ms_per_sample"]
+            console.print(
+                escape(
+                    f"    CPU per sample in a worker: {cpu['now']:g} ms as it is, "
+                    f"{cpu['planned']:g} ms planned ({r['samples_timed']} of the job's samples "
+                    f"timed side by side); config {json.dumps(r['config'])}"
+                )
+            )
     if len(report.get("loaders") or []) > 1:
         console.print(_loaders_table(report["loaders"]))
     v = report.get("verified")

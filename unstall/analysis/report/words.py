@@ -42,6 +42,10 @@ UNPRICED = {
         "not measured: no GPU decoder installed (pip install 'unstall[dali]')",
     ),
     "files": ("not_applicable", "{why}"),
+    "plan_refused": (
+        "not_applicable",
+        "prep='lean' leaves this detection pipeline as it is: {why}",
+    ),
     "not_deterministic": (
         "not_applicable",
         "its samples cannot be cached whole: the {check!r} check failed: {why}",
@@ -90,6 +94,13 @@ def what(o: Option) -> str:
             "unstall.ImageFolder(root, transform=ImagePipeline(output='uint8')) with "
             "DataLoader(device='cuda'): decode at reduced scale + crop + flip on the CPU, "
             "normalize on the GPU"
+        )
+    if o.remedy == "detection":
+        return (
+            "the dataset's torchvision detection pipeline run as unstall's plan (the same ops "
+            "and draws: boxes moved first, each output pixel made once from the decoded "
+            "image, colours at output size, the JPEG decoded at a reduced scale where the "
+            "output allows; the same batches)" + (f", in {f['adapt']}" if f.get("adapt") else "")
         )
     if o.remedy == "coordinate":
         return (

@@ -40,6 +40,7 @@ from unstall import machine
 from unstall.analysis.measure.lean import job_samples, lean_probe
 from unstall.analysis.measure.procstat import snapshot, wait_idle, workers_cpu
 from unstall.analysis.measure.script import files, hang
+from unstall.analysis.measure.script.detection import detection_probe
 from unstall.analysis.measure.script.files import evict_first, evict_listed, prefill
 from unstall.analysis.measure.script.ranks import claim_stop, read_stop
 from unstall.analysis.measure.script.samples import sample_cache_facts
@@ -287,6 +288,7 @@ class Agent:
             "dataset": type(getattr(loader, "dataset", None)).__name__,
             "files": [path for path, _ in samples],
             "lean_probe": lean_probe(loader.dataset, samples) if self.mode == "cold" else None,
+            "detection_probe": detection_probe(loader.dataset) if self.mode == "cold" else None,
             "file_cache": files.file_cache_facts(loader.dataset) if self.mode == "cold" else None,
             "sample_cache": sample_cache_facts(loader.dataset) if self.mode == "cold" else None,
             "prefilled": self.prefilled,

@@ -240,6 +240,7 @@ def measurement_of(
             "loaders": cold.get("loaders", []),
             "measured_loader": cold.get("loader", 0),
             "lean_probe": cold.get("lean_probe"),
+            "detection_probe": cold.get("detection_probe"),
             "gpu_probe": _gpu_probe(machine, cold.get("files") or []),
             "file_cache": cold.get("file_cache"),
             "sample_cache": cold.get("sample_cache"),
