@@ -56,6 +56,9 @@ TIMED = (
 #: Tests in the `TIMED` paths that time nothing and look only at their own shared-memory
 #: files and processes (structure, exact counts): they run in the parallel half.
 UNTIMED = (
+    # the pair runner's order and ratios, on callables that return set rates
+    "tests/bench/test_harness.py::test_pair",
+    "tests/bench/test_harness.py::test_three_sides_rotate",
     # which loader the frameworks' runs measure, their ranks and batch counts: no rate
     "tests/analysis/test_frameworks.py::",
     # the cache's exact hits and items under `unstall run --config`
@@ -88,9 +91,15 @@ ALONE = (
 #: frameworks', benches, the Ray cluster): first in the order, so xdist hands them out at the
 #: start and each worker's last minutes are short tests (in order of collection, the parallel
 #: half's three workers ended at 314, 322 and 331 s, the last after a 30 s Lightning test).
-#: A file's tests keep their order.
+#: A file's tests keep their order. The benches' example-script runs (cache points, detection,
+#: audio) and the audio and detection scripts under `unstall run` are among them: 30-80 s each.
 SLOW_FIRST = (
     "tests/bench/test_launch.py",
+    "tests/bench/test_cachepoints.py",
+    "tests/bench/test_detection.py",
+    "tests/bench/test_audio.py",
+    "tests/adapt/detection/test_detection_script.py",
+    "tests/launch/test_audio_m5.py",
     "tests/launch/test_frameworks.py",
     "tests/analysis/test_frameworks.py",
     "tests/bench/test_autotune.py",

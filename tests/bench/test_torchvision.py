@@ -1,5 +1,6 @@
-"""`bench torchvision`'s figures from its runs (pure functions: milliseconds); the runs
-themselves are the bench's (`unstall bench torchvision`), too long for the suite."""
+"""`bench torchvision`'s figures from the analyzer's report (a pure function: milliseconds);
+the runs themselves are the bench's (`unstall bench torchvision`), too long for the suite, and
+their pairs the harness's (tests/bench/test_harness.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,7 @@ import json
 
 import pytest
 
-from unstall.bench.torchvision import _lean_probe, summarize
-
-
-def test_summary_has_both_medians_the_pairs_ratios_and_their_median():
-    s = summarize([100.0, 50.0, 120.0], [180.0, 150.0, 300.0])
-    assert s["as_is"] == 100.0 and s["applied"] == 180.0
-    assert s["pair_ratios"] == pytest.approx([1.8, 3.0, 2.5])  # in run order
-    assert s["ratio"] == pytest.approx(2.5)  # the median pair's ratio: the headline
-    assert s["ratio_of_medians"] == pytest.approx(1.8)
+from unstall.bench.torchvision import _lean_probe
 
 
 def test_lean_probe_is_read_from_the_analyzers_report(tmp_path):

@@ -29,18 +29,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from unstall import machine
+from unstall.bench import harness
 from unstall.bench.harness import BenchResult, read_all
-from unstall.bench.torchvision import _children_cpu_s, _machine_busy_s
 
 DESCRIPTION = (
     "the M5 audio job (MP3 -> mono -> 8 kHz -> 80,000 samples), unchanged: as is, byte "
     "cache, sample cache, from epoch 2 (goals: sample cache >= 10x as is, >= 8x byte cache)"
 )
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "audio_m5.py"
+SCRIPT = harness.EXAMPLES / "audio_m5.py"
 #: the simulated model: far above the ~30-60 clips/s 2 workers prepare
 MODEL_RATE = 8000.0
 #: Epochs per run: epoch 1 fills a cache, the rate is from epoch 2 on; the sample cache's
@@ -87,7 +86,7 @@ def summarize(rounds: list[dict[str, float]]) -> dict[str, Any]:
     ratios: dict[str, list[float]] = {}
     for name, (a, b) in pairs.items():
         if all(a in r and b in r for r in rounds):
-            ratios[name] = [r[a] / r[b] for r in rounds]
+            ratios[name] = harness.Pairs([r[b] for r in rounds], [r[a] for r in rounds]).ratios
     cases = [c for c in CASES if all(c in r for r in rounds)]
     return {
         "rates": {c: statistics.median(r[c] for r in rounds) for c in cases},
@@ -112,38 +111,41 @@ def run(
 
     from unstall.data.audio import ensure_audio_dataset
 
-    if not SCRIPT.exists():
-        raise FileNotFoundError(f"bench audio runs {SCRIPT}: run it from a source checkout")
+    harness.check_example(SCRIPT, "audio")
     size = SIZES["quick" if quick else "full"]
     clips, seconds = clips or size[0], seconds or size[1]
     rounds = repeats or size[2]
     say = console.print if console is not None else (lambda *_: None)
     say(f"  the clips: {clips} x {seconds:g} s MP3 (made once, kept in the cache directory)")
-    data = os.fspath(ensure_audio_dataset(clips, seconds=seconds, progress=console is not None))
+    data = os.fspath(
+        ensure_audio_dataset(
+            clips, seconds=seconds, classes=min(10, clips), progress=console is not None
+        )
+    )
     cpu = prep_cpu_ms(data)
     say(f"  CPU per clip as is (one thread, read + mono + 8 kHz + pad): {cpu:.1f} ms")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ":".join(filter(None, [str(SCRIPT.parents[1]), env.get("PYTHONPATH")]))
-    env["UNSTALL_SHM_NAMESPACE"] = f"benchaudio{os.getpid()}"
-    env["UNSTALL_CACHE_KEEP_S"] = "3600"  # each segment outlives its run: listed, then cleared
+    env = harness.script_env(
+        UNSTALL_SHM_NAMESPACE=f"benchaudio{os.getpid()}",
+        UNSTALL_CACHE_KEEP_S="3600",  # each segment outlives its run: listed, then cleared
+    )
     py = sys.executable
     script = [py, SCRIPT.as_posix(), data, "--workers", "2", "--batch-size", "32"]
     script += ["--model-rate", str(MODEL_RATE)]
-    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in cases}
     table: list[dict[str, float]] = []
+
+    def said(i: int, order: list[str], last: dict[str, dict[str, Any]]) -> None:
+        table.append({c: last[c]["from_epoch_2"] for c in cases})
+        say(
+            f"  round {i + 1}/{rounds} (order {', '.join(order)}): "
+            + ", ".join(f"{c} {table[-1][c]:.1f}" for c in cases)
+            + " samples/s from epoch 2"
+        )
+
     read_all(data)  # the page cache warm before any timed run
     try:
         with tempfile.TemporaryDirectory(prefix="unstall-bench-audio-") as tmp:
-            for i in range(rounds):
-                order = list(cases[i % len(cases) :] + cases[: i % len(cases)])
-                for case in order:
-                    runs[case].append(_run_case(case, script, env, tmp))
-                table.append({c: runs[c][-1]["from_epoch_2"] for c in cases})
-                say(
-                    f"  round {i + 1}/{rounds} (order {', '.join(order)}): "
-                    + ", ".join(f"{c} {table[-1][c]:.1f}" for c in cases)
-                    + " samples/s from epoch 2"
-                )
+            sides = {c: (lambda c=c: _run_case(c, script, env, tmp)) for c in cases}
+            runs = harness.rotate(sides, rounds, said)
     finally:
         _clear_segments(env)
     s = summarize(table)
@@ -175,20 +177,15 @@ def _run_case(case: str, script: list[str], env: dict[str, str], tmp: str) -> di
         config = os.path.join(tmp, f"{case}.json")
         with open(config, "w") as f:
             json.dump({"kwargs": kwargs}, f)
-        command = [sys.executable, "-m", "unstall", "run", "--config", config, "--", *command]
-    busy0, ours0, t0 = _machine_busy_s(), _children_cpu_s(), time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
-    wall = time.perf_counter() - t0
-    others = (_machine_busy_s() - busy0) - (_children_cpu_s() - ours0)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr[-2500:]}")
+        command = harness.under_unstall(config, command)
+    done = harness.run_script(command, env, timeout=1800)
     epochs = parse_epochs(done.stdout)
     if len(epochs) != EPOCHS[case]:
         raise RuntimeError(f"{case}: {len(epochs)} epoch lines, not {EPOCHS[case]}: {done.stdout}")
     return {
         "epochs": epochs,
         "from_epoch_2": from_epoch_2(epochs),
-        "others_cores": max(0.0, others / wall),
+        "others_cores": done.others_cores,
         "segments": _segments(env, samples=case == "samples") if kwargs is not None else [],
     }
 

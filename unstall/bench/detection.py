@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,13 +24,14 @@ from typing import Any
 
 import numpy as np
 
+from unstall.bench import harness
 from unstall.bench.harness import BenchResult, read_all
 
 DESCRIPTION = (
     "an SSD-style torchvision detection script, unchanged: as is vs its v2 pipeline planned "
     "under unstall run (prep lean); goal >= 3x on the ssd preset"
 )
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "detection_ssd.py"
+SCRIPT = harness.EXAMPLES / "detection_ssd.py"
 #: the simulated step: 16 samples per 4 ms, far above what 2 workers prepare
 STEP_MS = 4.0
 GOAL = 3.0
@@ -76,7 +74,9 @@ def make_detection_data(
     return root
 
 
-def side_by_side(root: Path, images: int = 24) -> list[dict[str, Any]]:
+def side_by_side(
+    root: Path, images: int = 24, presets: tuple[str, ...] = PRESETS
+) -> list[dict[str, Any]]:
     """Per preset, on ``images`` of the bench's JPEGs, in this process, one thread: CPU ms per
     sample of the script's ``dataset[i]`` and of the planned one (load-free: thread time),
     and the planned output's difference from torchvision's for the same draws (same seed):
@@ -95,7 +95,7 @@ def side_by_side(root: Path, images: int = 24) -> list[dict[str, Any]]:
     torch.set_num_threads(1)  # as in a loader worker
     rows = []
     try:
-        for preset in PRESETS:
+        for preset in presets:
             dataset = script.JpegBoxes(str(root), transforms=script.preset(preset, 300))
             planned = adapt_detection(dataset, "lean", lambda _line: None)
             own = ours = 0.0
@@ -132,35 +132,33 @@ def side_by_side(root: Path, images: int = 24) -> list[dict[str, Any]]:
     return rows
 
 
-def _run(command: list[str], env: dict[str, str], timeout: float) -> float:
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr[-2000:]}")
-    found = re.findall(r"samples/s: ([0-9.]+)", done.stdout)
-    if not found:
-        raise RuntimeError(f"{' '.join(command)} printed no samples/s: {done.stdout[-500:]}")
-    return float(found[-1])
-
-
 def run(
-    *, quick: bool, console: Any = None, repeats: int | None = None, images: int | None = None
+    *,
+    quick: bool,
+    console: Any = None,
+    repeats: int | None = None,
+    images: int | None = None,
+    presets: tuple[str, ...] = PRESETS,
+    size: tuple[int, int] = SIZE,
 ) -> BenchResult:
+    """``presets``: the rows (``ssd`` first: the headline); ``images`` and ``size`` (width,
+    height) the JPEGs' count and size (the tests run a few small ones)."""
     import torchvision  # noqa: F401  (the script needs it; say so before anything runs)
 
-    if not SCRIPT.exists():
-        raise FileNotFoundError(f"bench detection runs {SCRIPT}: run it from a source checkout")
+    harness.check_example(SCRIPT, "detection")
+    if presets[:1] != ("ssd",) or not set(presets) <= set(PRESETS):
+        raise ValueError(f"presets={presets!r}: ssd first, then any of {PRESETS}")
     repeats = repeats or (1 if quick else 3)
     images = images or IMAGES["quick" if quick else "full"]
     say = console.print if console is not None else (lambda *_: None)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ":".join(filter(None, [str(SCRIPT.parents[1]), env.get("PYTHONPATH")]))
+    env = harness.script_env()
     py = sys.executable
     rows: list[dict[str, Any]] = []
     ratios: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="unstall-bench-det-") as tmp:
-        data = make_detection_data(os.path.join(tmp, "data"), images)
+        data = make_detection_data(os.path.join(tmp, "data"), images, size=size)
         read_all(data)
-        compared = side_by_side(data, images=min(24, images))
+        compared = side_by_side(data, images=min(24, images), presets=presets)
         for r in compared:
             say(
                 f"  {r['preset']}: CPU per sample {r['script_cpu_ms']:.1f} ms as is, "
@@ -172,31 +170,33 @@ def run(
         config = os.path.join(tmp, "lean.json")
         with open(config, "w") as f:
             json.dump({"kwargs": {"prep": "lean"}}, f)
-        for preset in PRESETS:
+        for preset in presets:
             script = [str(SCRIPT), str(data), "--preset", preset, "--workers", "2"]
             script += ["--batch-size", "16", "--step-ms", str(STEP_MS), "--epochs", "1"]
-            plain = [py, *script]
-            under = [py, "-m", "unstall", "run", "--config", config, "--", py, *script]
-            runs: dict[str, list[float]] = {"as_is": [], "planned": []}
-            for i in range(repeats):
-                pair = (("as_is", plain), ("planned", under))
-                for side, command in pair if i % 2 == 0 else pair[::-1]:
-                    runs[side].append(_run(command, env, timeout=1200))
-                a, b = runs["as_is"][-1], runs["planned"][-1]
+            plain, under = [py, *script], harness.under_unstall(config, [py, *script])
+
+            def said(i: int, a: float, b: float, preset: str = preset) -> None:
                 say(
                     f"  {preset} pair {i + 1}/{repeats}: as is {a:.1f} samples/s, planned "
                     f"{b:.1f} ({b / a:.2f}x)"
                 )
-            pairs = [b / a for a, b in zip(runs["as_is"], runs["planned"], strict=True)]
-            ratios[preset] = statistics.median(pairs)
+
+            pairs = harness.run_pairs(
+                lambda plain=plain: harness.run_script(plain, env, timeout=1200).samples_per_s(),
+                lambda under=under: harness.run_script(under, env, timeout=1200).samples_per_s(),
+                repeats,
+                rate=float,
+                on_pair=said,
+            ).rates
+            ratios[preset] = pairs.ratio
             rows.append(
                 {
                     "case": preset,
-                    "as_is_samples_per_s": round(statistics.median(runs["as_is"]), 1),
-                    "planned_samples_per_s": round(statistics.median(runs["planned"]), 1),
-                    "as_is_runs": [round(v, 1) for v in runs["as_is"]],
-                    "planned_runs": [round(v, 1) for v in runs["planned"]],
-                    "pair_ratios": [round(r, 3) for r in pairs],
+                    "as_is_samples_per_s": round(pairs.base_median, 1),
+                    "planned_samples_per_s": round(pairs.new_median, 1),
+                    "as_is_runs": [round(v, 1) for v in pairs.base],
+                    "planned_runs": [round(v, 1) for v in pairs.new],
+                    "pair_ratios": [round(r, 3) for r in pairs.ratios],
                     "ratio": round(ratios[preset], 3),
                 }
             )
@@ -219,14 +219,14 @@ def run(
             "goal": GOAL,
             "repeats": repeats,
             "images": images,
-            "image_size": f"{SIZE[0]}x{SIZE[1]}",
+            "image_size": f"{size[0]}x{size[1]}",
             "step_ms": STEP_MS,
             "ratios": {k: round(v, 3) for k, v in ratios.items()},
             "side_by_side": compared,
         },
         notes=[
             f"{repeats} alternating pairs per preset, one epoch of {images} JPEGs of "
-            f"{SIZE[0]}x{SIZE[1]} (1-10 boxes each), batch 16, 2 workers, a simulated step of "
+            f"{size[0]}x{size[1]} (1-10 boxes each), batch 16, 2 workers, a simulated step of "
             f"{STEP_MS} ms; ratio: the median of the pairs' ratios (goal >= {GOAL}x on ssd)",
             "ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()),
             "load-free (CPU per sample, one thread, side by side): "

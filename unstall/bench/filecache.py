@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from unstall import machine
+from unstall.bench import harness
 from unstall.bench.harness import BenchResult
 
 DESCRIPTION = (
@@ -130,12 +130,8 @@ def run_script(
     if cached:
         config = work / "c.json"
         config.write_text(json.dumps({"kwargs": {"cache": 0.5}}))
-        command = [sys.executable, "-m", "unstall", "run", "--config", str(config), "--", *command]
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": package_root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
-    if done.returncode != 0:
-        raise RuntimeError(f"bench script failed ({done.returncode}): {done.stderr[-3000:]}")
+        command = harness.under_unstall(config, command)
+    harness.run_script(command, harness.script_env(), timeout=1800)
     return json.loads(out.read_text())
 
 

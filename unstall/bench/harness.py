@@ -11,11 +11,16 @@ import gc
 import json
 import os
 import platform
+import re
+import resource
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from unstall import machine
 from unstall.models.simulated import SimulatedAccelerator
@@ -221,3 +226,152 @@ def read_all(root: str | os.PathLike[str]) -> int:
             with open(os.path.join(folder, name), "rb") as f:
                 total += len(f.read())
     return total
+
+
+T = TypeVar("T")
+
+
+def rotate(
+    sides: Mapping[str, Callable[[], T]],
+    rounds: int,
+    on_round: Callable[[int, list[str], dict[str, T]], None] | None = None,
+) -> dict[str, list[T]]:
+    """Run each of ``sides`` once a round, ``rounds`` times, the order rotating by one side
+    a round (two sides: baseline first, then candidate first, ...), so that a machine whose
+    load changes over the bench weighs on every side alike; each side's results, in round
+    order. ``on_round(i, order, results)`` gets round ``i``'s order and results (progress)."""
+    names = list(sides)
+    runs: dict[str, list[T]] = {name: [] for name in names}
+    for i in range(rounds):
+        k = i % len(names)
+        order = names[k:] + names[:k]
+        for name in order:
+            runs[name].append(sides[name]())
+        if on_round is not None:
+            on_round(i, order, {name: runs[name][-1] for name in names})
+    return runs
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """The rates of a baseline and a candidate run back to back, pair by pair in run order.
+
+    Each pair's ratio is taken within the pair (the load the two runs shared cancels); the
+    headline is their median. Both sides' medians, and their ratio, are given too."""
+
+    base: list[float]
+    new: list[float]
+
+    @property
+    def ratios(self) -> list[float]:
+        return [n / b for b, n in zip(self.base, self.new, strict=True)]
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def base_median(self) -> float:
+        return statistics.median(self.base)
+
+    @property
+    def new_median(self) -> float:
+        return statistics.median(self.new)
+
+    @property
+    def ratio_of_medians(self) -> float:
+        return self.new_median / self.base_median
+
+
+@dataclass(frozen=True)
+class PairRuns(Generic[T]):
+    """`run_pairs`' runs, each side's in run order, and their rates as `Pairs`."""
+
+    base: list[T]
+    new: list[T]
+    rates: Pairs
+
+
+def run_pairs(
+    base: Callable[[], T],
+    new: Callable[[], T],
+    repeats: int,
+    *,
+    rate: Callable[[T], float],
+    on_pair: Callable[[int, T, T], None] | None = None,
+) -> PairRuns[T]:
+    """``repeats`` pairs of runs of a bench's two sides, alternating which goes first
+    (`rotate`); ``rate`` reads a run's samples/s; ``on_pair(i, base_run, new_run)`` after
+    each pair (a bench's progress line)."""
+
+    def each(i: int, _order: list[str], last: dict[str, T]) -> None:
+        if on_pair is not None:
+            on_pair(i, last["base"], last["new"])
+
+    runs = rotate({"base": base, "new": new}, repeats, each)
+    rates = Pairs([rate(r) for r in runs["base"]], [rate(r) for r in runs["new"]])
+    return PairRuns(runs["base"], runs["new"], rates)
+
+
+#: The source checkout this package runs from: its ``examples/`` are the unchanged scripts
+#: benches run, and its root goes first on their ``PYTHONPATH`` (``python -m unstall`` in a
+#: bench's runs is this package, not another install).
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = SOURCE_ROOT / "examples"
+
+
+def check_example(script: Path, bench: str) -> None:
+    """`FileNotFoundError` naming the bench where its example ``script`` is missing: the
+    package is not run from a source checkout (an installed wheel has no ``examples/``)."""
+    if not script.exists():
+        raise FileNotFoundError(f"bench {bench} runs {script}: run it from a source checkout")
+
+
+def script_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a bench's script: `SOURCE_ROOT` first on
+    ``PYTHONPATH``, then the ``extra`` variables."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SOURCE_ROOT), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def under_unstall(config: str | os.PathLike[str], command: list[str]) -> list[str]:
+    """``command`` run unchanged under ``unstall run --config config``."""
+    return [sys.executable, "-m", "unstall", "run", "--config", os.fspath(config), "--", *command]
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """A bench script's run: what it printed, and the cores other processes kept busy."""
+
+    stdout: str
+    others_cores: float
+
+    def samples_per_s(self) -> float:
+        """The last ``samples/s: X`` line the script printed (the example scripts' own)."""
+        found = re.findall(r"samples/s: ([0-9.]+)", self.stdout)
+        if not found:
+            raise RuntimeError(f"the script printed no samples/s: {self.stdout[-500:]}")
+        return float(found[-1])
+
+
+def run_script(command: list[str], env: dict[str, str], timeout: float) -> ScriptRun:
+    """Run ``command`` to its end. Meanwhile, the cores other processes kept busy: the
+    machine's busy time (``/proc/stat``) less this run's own, over the run's wall time (a
+    shared machine moves wall-clock rates). A failed run raises `RuntimeError` with its
+    exit status and the end of its stderr."""
+    from unstall.analysis.measure.procstat import machine_busy_s
+
+    busy0, ours0, t0 = machine_busy_s(), _children_cpu_s(), time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    others = (machine_busy_s() - busy0) - (_children_cpu_s() - ours0)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr[-2500:]}")
+    return ScriptRun(done.stdout, max(0.0, others / wall) if wall > 0 else 0.0)
+
+
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime

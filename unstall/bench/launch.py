@@ -18,10 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from unstall.bench.harness import BenchResult
+from unstall.bench.harness import EXAMPLES, BenchResult, check_example, rotate, script_env
 
 DESCRIPTION = (
     "unstall run's cost per launch: train_min.py plain vs under unstall run (goal >= 0.98)"
@@ -35,7 +34,7 @@ TINY = (
 )
 
 #: The repository's example script (the bench runs from a source checkout).
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "train_min.py"
+SCRIPT = EXAMPLES / "train_min.py"
 
 
 def _timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -64,18 +63,21 @@ def _pairs(
     under_env: dict[str, str] | None = None,
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """``(wall, cpu)`` of ``plain`` and ``under`` runs, alternating which goes first."""
-    a: list[tuple[float, float]] = []
-    b: list[tuple[float, float]] = []
-    runs = ((plain, env, a), (under, under_env or env, b))
-    for i in range(repeats):
-        for command, e, out in runs if i % 2 == 0 else runs[::-1]:
-            out.append(_timed(command, e))
+
+    def said(i: int, _order: list[str], last: dict[str, tuple[float, float]]) -> None:
         if console is not None:
+            (wa, ca), (wb, cb) = last["plain"], last["under"]
             console.print(
-                f"  {what} {i + 1}/{repeats}: plain {a[-1][0]:.3f} s wall, {a[-1][1]:.3f} s cpu;"
-                f" unstall {b[-1][0]:.3f} s wall, {b[-1][1]:.3f} s cpu"
+                f"  {what} {i + 1}/{repeats}: plain {wa:.3f} s wall, {ca:.3f} s cpu;"
+                f" unstall {wb:.3f} s wall, {cb:.3f} s cpu"
             )
-    return a, b
+
+    sides = {
+        "plain": lambda: _timed(plain, env),
+        "under": lambda: _timed(under, under_env or env),
+    }
+    runs = rotate(sides, repeats, said)
+    return runs["plain"], runs["under"]
 
 
 def run(
@@ -91,14 +93,9 @@ def run(
     shape, whose figures are not asserted): the processes use the compiled modules already
     there, as their environment says, and nothing is warmed up (compiling torch again took
     a third of a tiny run)."""
-    if not SCRIPT.exists():
-        raise FileNotFoundError(
-            f"bench launch runs {SCRIPT}, which is not here: run it from a source checkout"
-        )
+    check_example(SCRIPT, "launch")
     repeats = repeats or (5 if quick else 11)
-    root = str(SCRIPT.parents[1])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ":".join(filter(None, [root, env.get("PYTHONPATH", "")]))
+    env = script_env()
     if not fresh_cache:
         return _measure(env, repeats, console, script_args, warm_up=False)
     # compiled modules cached, as in any install (a checkout with $PYTHONDONTWRITEBYTECODE

@@ -8,12 +8,11 @@ ratio >= 0.97, median of 3 alternating pairs).
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 import torch
 
-from unstall.bench.harness import BenchResult, Measurement, measure, row
+from unstall.bench.harness import BenchResult, Measurement, measure, row, run_pairs
 from unstall.loader import DataLoader
 
 DESCRIPTION = "loader machinery only: tiny in-memory items, no compute (goal >= 0.97x torch)"
@@ -50,24 +49,18 @@ def run(
         return measure(loader)
 
     torch_run(), unstall_run()  # warm-up: imports, allocator, page faults
-    torch_runs: list[Measurement] = []
-    unstall_runs: list[Measurement] = []
-    ratios = []
-    for i in range(repeats):
-        # alternate which goes first, so drift on a noisy machine hits both alike
-        pair = (torch_run, unstall_run) if i % 2 == 0 else (unstall_run, torch_run)
-        results = {fn: fn() for fn in pair}
-        torch_runs.append(results[torch_run])
-        unstall_runs.append(results[unstall_run])
-        ratios.append(results[unstall_run].samples_per_s / results[torch_run].samples_per_s)
+
+    def said(i: int, t: Measurement, u: Measurement) -> None:
         if console is not None:
             console.print(
-                f"  pair {i + 1}/{repeats}: torch {torch_runs[-1].samples_per_s:,.0f}/s, "
-                f"unstall {unstall_runs[-1].samples_per_s:,.0f}/s, ratio {ratios[-1]:.3f}"
+                f"  pair {i + 1}/{repeats}: torch {t.samples_per_s:,.0f}/s, "
+                f"unstall {u.samples_per_s:,.0f}/s, ratio {u.samples_per_s / t.samples_per_s:.3f}"
             )
-    ratio = statistics.median(ratios)
-    t_med = statistics.median(m.samples_per_s for m in torch_runs)
-    u_med = statistics.median(m.samples_per_s for m in unstall_runs)
+
+    # alternate which goes first, so drift on a noisy machine hits both alike
+    runs = run_pairs(torch_run, unstall_run, repeats, rate=_rate, on_pair=said)
+    torch_runs, unstall_runs, ratios = runs.base, runs.new, runs.rates.ratios
+    ratio, t_med, u_med = runs.rates.ratio, runs.rates.base_median, runs.rates.new_median
     rows = []
     for i, (t, u) in enumerate(zip(torch_runs, unstall_runs, strict=True)):
         rows.append(row(f"run {i + 1}", "torch", t))
@@ -85,3 +78,7 @@ def run(
         },
         notes=[f"median of {repeats} alternating pairs; goal: ratio >= 0.97"],
     )
+
+
+def _rate(m: Measurement) -> float:
+    return m.samples_per_s

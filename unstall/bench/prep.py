@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from unstall import machine
-from unstall.bench.harness import BenchResult, Measurement, measure, row
+from unstall.bench.harness import BenchResult, Measurement, measure, row, run_pairs
 from unstall.bench.local import PerSample
 from unstall.data import ImageFolder
 from unstall.loader import DataLoader
@@ -112,20 +112,28 @@ def run(
             gpu_ds, batch_size=batch_size, shuffle=True, num_workers=workers, device="cuda"
         )
     timed(loaders["torch"]), timed(loaders["unstall"])  # warm-up: imports, allocator
-    runs: dict[str, list[tuple[Measurement, float, float]]] = {k: [] for k in (*loaders, *extra)}
-    ratios = []
-    for i in range(repeats):
-        order = list(loaders) if i % 2 == 0 else list(reversed(loaders))  # alternate
-        for name in order:
-            runs[name].append(timed(loaders[name]))
-        ratios.append(runs["unstall"][-1][0].samples_per_s / runs["torch"][-1][0].samples_per_s)
+
+    def said(i: int, t: tuple[Measurement, float, float], u: tuple[Measurement, float, float]):
         if console is not None:
-            t, u = runs["torch"][-1], runs["unstall"][-1]
             console.print(
                 f"  pair {i + 1}/{repeats}: torch {t[0].samples_per_s:,.0f}/s "
                 f"({t[1]:.2f} CPU s/1k), unstall {u[0].samples_per_s:,.0f}/s "
-                f"({u[1]:.2f} CPU s/1k), ratio {ratios[-1]:.3f}"
+                f"({u[1]:.2f} CPU s/1k), ratio {u[0].samples_per_s / t[0].samples_per_s:.3f}"
             )
+
+    pairs = run_pairs(
+        lambda: timed(loaders["torch"]),
+        lambda: timed(loaders["unstall"]),
+        repeats,
+        rate=lambda run: run[0].samples_per_s,
+        on_pair=said,
+    )
+    runs: dict[str, list[tuple[Measurement, float, float]]] = {
+        "torch": pairs.base,
+        "unstall": pairs.new,
+        **{k: [] for k in extra},
+    }
+    ratios = pairs.rates.ratios
     for name, make in extra.items():
         runs[name].append(timed(make))
     summary = {name: _summary(rs) for name, rs in runs.items()}

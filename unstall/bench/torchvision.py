@@ -24,55 +24,28 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from unstall import machine
+from unstall.bench import harness
 from unstall.bench.harness import BenchResult, read_all
 
 DESCRIPTION = (
     "a torchvision ImageFolder script, unchanged: as is vs under unstall run with the "
     "analyzer's recommendation (goal >= 2x samples/s)"
 )
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "torchvision_imagefolder.py"
+SCRIPT = harness.EXAMPLES / "torchvision_imagefolder.py"
 #: the simulated model's step: 32 samples per 8 ms (4,000 samples/s), far above 2 workers' prep
 STEP_MS = 8.0
 GOAL = 2.0
 #: Images per epoch: enough that the loader's start-up (forking workers, the first batch) is
 #: a small part of each run, as in a real epoch, at ~500x375 (`ensure_demo_dataset`).
 IMAGES = {"quick": 2048, "full": 4096}
-
-
-def _run(command: list[str], env: dict[str, str], timeout: float) -> dict[str, float]:
-    """The script's samples/s, and the cores other processes used while it ran."""
-    busy0, ours0, t0 = _machine_busy_s(), _children_cpu_s(), time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - t0
-    others = (_machine_busy_s() - busy0) - (_children_cpu_s() - ours0)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr[-2000:]}")
-    found = re.findall(r"samples/s: ([0-9.]+)", done.stdout)
-    if not found:
-        raise RuntimeError(f"{' '.join(command)} printed no samples/s: {done.stdout[-500:]}")
-    return {"samples_per_s": float(found[-1]), "others_cores": max(0.0, others / wall)}
-
-
-def _machine_busy_s() -> float:
-    from unstall.analysis.measure.procstat import machine_busy_s
-
-    return machine_busy_s()
-
-
-def _children_cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def _lean_probe(report_path: str) -> dict[str, float] | None:
@@ -174,20 +147,6 @@ def cpu_by_size(images: int = 12) -> list[dict[str, Any]]:
     return rows
 
 
-def summarize(as_is: list[float], applied: list[float]) -> dict[str, Any]:
-    """The medians of both sides, the pairs' ratios (in run order), their median, and the
-    ratio of the medians."""
-    pairs = [b / a for a, b in zip(as_is, applied, strict=True)]
-    base, best = statistics.median(as_is), statistics.median(applied)
-    return {
-        "as_is": base,
-        "applied": best,
-        "pair_ratios": pairs,
-        "ratio": statistics.median(pairs),
-        "ratio_of_medians": best / base,
-    }
-
-
 def run(
     *, quick: bool, console: Any = None, repeats: int | None = None, images: int | None = None
 ) -> BenchResult:
@@ -195,13 +154,11 @@ def run(
 
     from unstall.data.synthetic import ensure_demo_dataset
 
-    if not SCRIPT.exists():
-        raise FileNotFoundError(f"bench torchvision runs {SCRIPT}: run it from a source checkout")
+    harness.check_example(SCRIPT, "torchvision")
     repeats = repeats or (5 if quick else 7)
     images = images or IMAGES["quick" if quick else "full"]
     data = os.fspath(ensure_demo_dataset(images=images, classes=10, seed=0, progress=False))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ":".join(filter(None, [str(SCRIPT.parents[1]), env.get("PYTHONPATH")]))
+    env = harness.script_env()
     script = [SCRIPT.as_posix(), data, "--workers", "2", "--batch-size", "32"]
     script += ["--step-ms", str(STEP_MS), "--epochs", "1"]
     py = sys.executable
@@ -234,52 +191,59 @@ def run(
                 f"{probe['lean_cpu_ms']:.2f} ms lean ({probe['ratio']:.2f}x less)"
             )
         read_all(data)  # in the page cache before any timed run (the analyzer evicts files)
-        plain = [py, *script]
-        under = [py, "-m", "unstall", "run", "--config", config, "--", py, *script]
-        runs: dict[str, list[dict[str, float]]] = {"as_is": [], "applied": []}
-        for i in range(repeats):
-            pair = (("as_is", plain), ("applied", under))
-            for side, command in pair if i % 2 == 0 else pair[::-1]:
-                runs[side].append(_run(command, env, timeout=600))
-            a, b = runs["as_is"][-1], runs["applied"][-1]
+        plain, under = [py, *script], harness.under_unstall(config, [py, *script])
+
+        def said(i: int, a: harness.ScriptRun, b: harness.ScriptRun) -> None:
+            x, y = a.samples_per_s(), b.samples_per_s()
             say(
-                f"  pair {i + 1}/{repeats}: as is {a['samples_per_s']:.1f} samples/s, recommended "
-                f"{b['samples_per_s']:.1f} ({b['samples_per_s'] / a['samples_per_s']:.2f}x); "
-                f"other processes used {a['others_cores']:.1f} and {b['others_cores']:.1f} cores"
+                f"  pair {i + 1}/{repeats}: as is {x:.1f} samples/s, recommended "
+                f"{y:.1f} ({y / x:.2f}x); "
+                f"other processes used {a.others_cores:.1f} and {b.others_cores:.1f} cores"
             )
-    as_is = [r["samples_per_s"] for r in runs["as_is"]]
-    applied = [r["samples_per_s"] for r in runs["applied"]]
-    s = summarize(as_is, applied)
-    others = [r["others_cores"] for side in runs.values() for r in side]
+
+        runs = harness.run_pairs(
+            lambda: harness.run_script(plain, env, timeout=600),
+            lambda: harness.run_script(under, env, timeout=600),
+            repeats,
+            rate=harness.ScriptRun.samples_per_s,
+            on_pair=said,
+        )
+    s = runs.rates
+    as_is, applied = s.base, s.new
+    others_by_side = {
+        "as_is": [r.others_cores for r in runs.base],
+        "applied": [r.others_cores for r in runs.new],
+    }
+    others = [v for side in others_by_side.values() for v in side]
     say(
-        f"  medians: as is {s['as_is']:.1f} samples/s, recommended {s['applied']:.1f}; "
-        f"median of the pairs' ratios {s['ratio']:.2f}x, ratio of the medians "
-        f"{s['ratio_of_medians']:.2f}x (goal {GOAL}x)"
+        f"  medians: as is {s.base_median:.1f} samples/s, recommended {s.new_median:.1f}; "
+        f"median of the pairs' ratios {s.ratio:.2f}x, ratio of the medians "
+        f"{s.ratio_of_medians:.2f}x (goal {GOAL}x)"
     )
     kwargs = recommended.get("kwargs", {})
     return BenchResult(
         name="torchvision",
-        ratio=s["ratio"],
+        ratio=s.ratio,
         baseline={
             "command": "python examples/torchvision_imagefolder.py",
-            "samples_per_s": s["as_is"],
+            "samples_per_s": s.base_median,
         },
         unstall={
             "command": "unstall run --config recommendation.json -- python ...",
             "kwargs": kwargs,
-            "samples_per_s": s["applied"],
+            "samples_per_s": s.new_median,
         },
         rows=[
             {
                 "case": "as is (torchvision transforms, 2 workers)",
-                "samples_per_s": round(s["as_is"], 1),
+                "samples_per_s": round(s.base_median, 1),
                 "runs": [round(v, 1) for v in as_is],
             },
             {
                 "case": f"under unstall run, config {json.dumps(kwargs)}",
-                "samples_per_s": round(s["applied"], 1),
+                "samples_per_s": round(s.new_median, 1),
                 "runs": [round(v, 1) for v in applied],
-                "ratio": round(s["ratio"], 3),
+                "ratio": round(s.ratio, 3),
             },
         ],
         detail={
@@ -287,9 +251,9 @@ def run(
             "repeats": repeats,
             "images": images,
             "step_ms": STEP_MS,
-            "ratio_of_medians": round(s["ratio_of_medians"], 4),
-            "pair_ratios": [round(r, 3) for r in s["pair_ratios"]],
-            "others_cores": {k: [round(r["others_cores"], 2) for r in v] for k, v in runs.items()},
+            "ratio_of_medians": round(s.ratio_of_medians, 4),
+            "pair_ratios": [round(r, 3) for r in s.ratios],
+            "others_cores": {k: [round(r, 2) for r in v] for k, v in others_by_side.items()},
             "lean_probe": probe,
             "cpu_by_size": by_size,
         },
@@ -298,7 +262,7 @@ def run(
             f"JPEGs) each, batch 32, 2 workers, a simulated step of {STEP_MS} ms; the config "
             "is what `unstall analyze --quick` recommended for the unchanged script in the same "
             "run; ratio: the median of the pairs' ratios (goal >= 2x)",
-            "pairs' ratios, in run order: " + ", ".join(f"{r:.2f}" for r in s["pair_ratios"]),
+            "pairs' ratios, in run order: " + ", ".join(f"{r:.2f}" for r in s.ratios),
             f"cores other processes kept busy during the runs: median "
             f"{statistics.median(others):.2f}, most {max(others):.2f} (of the machine's "
             f"{machine.cpus_installed()})",

@@ -72,10 +72,8 @@ def _images(args: argparse.Namespace) -> str:
         args.dir,
         images=args.images,
         classes=args.classes,
-        seed=args.seed,
-        workers=args.workers,
         quality=args.quality,
-        progress=not args.no_progress,
+        **_shared(args),
     )
     return f"{info.images} images in {info.classes} classes at {info.root}: " + _written(info)
 
@@ -92,14 +90,18 @@ def _audio(args: argparse.Namespace) -> str:
         format=args.format,
         rate=args.rate,
         channels=args.channels,
-        seed=args.seed,
-        workers=args.workers,
-        progress=not args.no_progress,
+        **_shared(args),
     )
     return (
         f"{info.clips} {args.format.upper()} clips in {info.classes} classes at {info.root}: "
         + _written(info)
     )
+
+
+def _shared(args: argparse.Namespace) -> dict[str, Any]:
+    """The options both kinds of dataset take alike: the seed, the processes that write,
+    the progress bar."""
+    return {"seed": args.seed, "workers": args.workers, "progress": not args.no_progress}
 
 
 def _written(info: Any) -> str:

@@ -2,8 +2,9 @@
 
 Ray ships numpy arrays out of band (no pickling of their bytes) and maps them read-only
 from the object store on the receiving node. `to_wire` turns a batch's tensors into
-`Array` leaves on the actor; `from_wire` copies each into the training process's own
-memory, so the batch is writable like a local one and the object store frees at once.
+`Inline` leaves on the actor (the numpy leaf the loader's worker handoff uses too);
+`from_wire` copies each into the training process's own memory, so the batch is writable
+like a local one and the object store frees at once.
 """
 
 from __future__ import annotations
@@ -14,21 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
-
-class Array:
-    """One tensor of a batch, as a contiguous numpy array."""
-
-    __slots__ = ("array",)
-
-    def __init__(self, array: np.ndarray):
-        self.array = array
-
-    def __reduce__(self) -> tuple[Any, tuple[np.ndarray]]:
-        return (Array, (self.array,))
+from unstall.loader.handoff.inline import Inline
 
 
 def to_wire(batch: Any) -> tuple[Any, int]:
-    """``(payload, bytes)``: ``batch`` with its CPU tensors as `Array` leaves, and the bytes
+    """``(payload, bytes)``: ``batch`` with its CPU tensors as `Inline` leaves, and the bytes
     of its tensors (those torch has no numpy type for travel pickled, counted too)."""
     total = [0]
 
@@ -37,7 +28,7 @@ def to_wire(batch: Any) -> tuple[Any, int]:
             total[0] += x.numel() * x.element_size()
             if x.device.type == "cpu" and x.layout == torch.strided and not x.requires_grad:
                 try:
-                    return Array(np.ascontiguousarray(x.numpy()))
+                    return Inline(np.ascontiguousarray(x.numpy()))
                 except (TypeError, RuntimeError):  # e.g. bfloat16: no numpy type
                     return x
             return x
@@ -52,7 +43,7 @@ def from_wire(payload: Any) -> Any:
     """The batch of a payload, each array copied out of the (read-only) object store."""
 
     def leaf(x: Any) -> Any:
-        if type(x) is Array:
+        if type(x) is Inline:
             return torch.from_numpy(np.array(x.array, copy=True))
         return x
 
