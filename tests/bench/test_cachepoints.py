@@ -39,5 +39,6 @@ def test_rows_ratios_and_the_caches_each_side_used():
     assert data["config"]["training_images"] == 12 and data["config"]["repeats"] == 1
     decoded = 12 * 1024 * 768 * 3
     assert data["config"]["budgets"] == {"third": decoded // 3}
-    assert set(data["mixed"]) == {"third"} and len(result.notes) == 3
+    assert set(data["mixed"]) == {"third"} and len(result.notes) == 4
+    assert result.notes[2].startswith("a training image, one thread: decode ")  # the bound
     assert isinstance(data["goals_met"], bool)
