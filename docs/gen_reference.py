@@ -2,6 +2,7 @@
 
 Writes ``docs/generated/``:
 
+- ``detection-ops.md``: the transforms.v2 detection ops a plan takes, from its own table;
 - ``torchvision-ops.md``: the torchvision operations `prep="lean"` (and the GPU stage) take,
   from the recognizer's own table (`unstall.adapt.recognize`);
 - ``remedies.md``: "which remedy when", each remedy's measured row read from
@@ -202,6 +203,22 @@ def ops_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def detection_ops_table() -> str:
+    """The transforms.v2 detection ops a plan takes, from the recognizer's own table
+    (`unstall.adapt.detection.steps`), each with what the plan does with it."""
+    from unstall.adapt.detection.steps import GEOMETRY, IMAGE, PHOTOMETRIC, TARGET
+
+    kinds = (
+        (GEOMETRY, "geometric: composed on the boxes, its pixels made in the one resampling step"),
+        (PHOTOMETRIC, "photometric: applied at output size, with torchvision's draws"),
+        (IMAGE, "type and value: run as it is, on the planned image"),
+        (TARGET, "target: run as it is, on the planned boxes"),
+    )
+    rows = ["| transforms.v2 operation | what the plan does with it |", "|---|---|"]
+    rows += [f"| `{name}` | {what} |" for names, what in kinds for name in names]
+    return "\n".join(rows) + "\n"
+
+
 def benches_list() -> str:
     from unstall.bench.registry import BENCHMARKS
 
@@ -322,6 +339,7 @@ def outputs(headline_rows: list[tuple[str, ...]]) -> dict[Path, str]:
         GENERATED / "train-goals.md": train_goals(),
         GENERATED / "autotune-summary.md": autotune_summary(),
         GENERATED / "torchvision-ops.md": ops_table(),
+        GENERATED / "detection-ops.md": detection_ops_table(),
         GENERATED / "benches.md": benches_list(),
         **_torchvision().outputs(),
     }
