@@ -303,7 +303,7 @@ def run(
         work = Path(tmp)
         train_data = _large_folder(work / "large", data, large)
         train_total = read_all(train_data)
-        costs = _costs(train_data)
+        costs = _costs(train_data) if "third" in budgets else None
         decoded_set = large * LARGE[0] * LARGE[1] * 3
         sizes = {label: decoded_set // BUDGETS[label] for label in budgets}
         if console is not None:
