@@ -247,6 +247,14 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         """True where torch's own loader runs the dataset as it is (iterable, or no length)."""
         return self._passthrough
 
+    @property
+    def receive_cpu_s(self) -> float:
+        """CPU seconds the training loop's thread has spent in this loader's ``__next__`` (the
+        batches taken from the workers: the result queue, unpickling, the tensors rebuilt from
+        shared memory, the hand-off's slot), counted since construction or `reset_stats`; the
+        waits' own CPU (the watchdog's looks at the workers while no batch came) left out."""
+        return self._main_cpu.receive_s
+
     def worker_pids(self) -> list[int]:
         """Process ids of the current iterator's workers (the analyzer reads their clocks)."""
         it = self._current() if self._current is not None else None

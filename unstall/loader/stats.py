@@ -19,19 +19,31 @@ _WINDOW = 65536
 
 @dataclass
 class CpuMeter:
-    """Main-process CPU seconds spent in the loader's iterators, and the batches they handed out."""
+    """Main-process CPU seconds spent in the loader's iterators, and the batches they handed out;
+    of those seconds, ``waiting`` went to the waits themselves (the watchdog's reads that found
+    no batch, and its looks at the workers between them), whose cost grows with the wait."""
 
     seconds: float = 0.0
     batches: int = 0
+    waiting: float = 0.0
 
     def add(self, seconds: float) -> None:
         """One batch handed out after ``seconds`` of this thread's CPU."""
         self.seconds += seconds
         self.batches += 1
 
+    def waited(self, seconds: float) -> None:
+        """``seconds`` of this thread's CPU (counted in the next `add` too) spent waiting."""
+        self.waiting += seconds
+
+    @property
+    def receive_s(self) -> float:
+        """The seconds that took batches from the workers: all of them but the waits'."""
+        return max(0.0, self.seconds - self.waiting)
+
     def reset(self) -> None:
         """Count afresh (in place: running iterators keep adding to this meter)."""
-        self.seconds, self.batches = 0.0, 0
+        self.seconds, self.batches, self.waiting = 0.0, 0, 0.0
 
 
 class Series:

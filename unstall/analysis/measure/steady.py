@@ -32,6 +32,7 @@ class Handout:
     workers_cpu: float = 0.0  # iterable datasets' workers, from /proc (no per-batch spans)
     workers_runq: float = 0.0
     loop_runq: float = 0.0  # seconds the loop's thread waited for a core so far (schedstat)
+    receive: float = 0.0  # the loop thread's CPU in the loader's ``__next__`` so far
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Window:
     workers_cpu_s: float = 0.0
     workers_runq_s: float = 0.0
     loop_runq_s: float = 0.0
+    receive_cpu_s: float = 0.0  # the loader's ``__next__``: the receive of each step's batch
     skipped: int = 0
 
     @property
@@ -98,6 +100,7 @@ def steady_window(handouts: list[Handout], *, skip_first: int, skip_each: int) -
             out.workers_cpu_s += max(0.0, b.workers_cpu - a.workers_cpu)
             out.workers_runq_s += max(0.0, b.workers_runq - a.workers_runq)
             out.loop_runq_s += max(0.0, b.loop_runq - a.loop_runq)
+            out.receive_cpu_s += max(0.0, b.receive - a.receive)
         out.bounds.append((pairs[0][0].t - pairs[0][0].wait, pairs[-1][1].t))
     return out
 

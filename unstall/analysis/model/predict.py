@@ -126,8 +126,9 @@ def predict(rates: Rates, config: Config) -> Prediction:
     }
     if rates.main_cpu_s > 0:
         caps["main"] = 1.0 / rates.main_cpu_s
-    if rates.proc_cpu_s > 0 and rates.cores > 0:  # cores shared by workers and the process
-        caps["cores"] = rates.cores / (rates.prep_cpu_s + rates.proc_cpu_s)
+    process = rates.process_cpu_s  # the process's own CPU and its receive of each batch
+    if process > 0 and rates.cores > 0:  # cores shared by workers and the process
+        caps["cores"] = rates.cores / (rates.prep_cpu_s + process)
     if rates.loop_runq_s > 0 and 0 < rates.ingestion < math.inf:
         rest = min(v for k, v in caps.items() if k != "compute")
         for _ in range(4):  # the wait depends on the rate it caps: a few rounds settle it

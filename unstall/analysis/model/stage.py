@@ -149,6 +149,6 @@ def delivered_floor(rates: Rates, m: Measurement, measured: float, notes: list[s
         f"the workers delivered {measured:,.0f} samples/s, more than their timed CPU per "
         f"sample allows ({p:,.0f}/s): P is taken as at least the delivered rate"
     )
-    fields = ("prep_cpu_s", "proc_cpu_s", "main_cpu_s", "loop_runq_load")  # the load as timed
+    fields = ("prep_cpu_s", "proc_cpu_s", "main_cpu_s", "receive_cpu_s", "loop_runq_load")
     scaled = {f: getattr(rates, f) * k for f in fields}
     return replace(rates, **scaled)

@@ -26,9 +26,15 @@ class Rates:
         main_cpu_s: CPU seconds per sample of the loader's own work in the training loop
             (unpacking, hand-off): one thread, so it caps the rate at ``1 / main_cpu_s``.
         cache_read_s: seconds to read one sample from the cache.
-        proc_cpu_s: CPU seconds per sample of the whole training process (the loop, the
-            model's host work, pin-memory thread): it takes cores from the workers, so
-            workers and process together cap the rate at ``cores / (prep_cpu_s + proc_cpu_s)``.
+        proc_cpu_s: CPU seconds per sample of the training process besides the receive (the
+            loop, the model's host work, pin-memory thread): it takes cores from the workers.
+        receive_cpu_s: CPU seconds per sample the training process spends taking its batches
+            from the workers (the loop's thread in the loader's ``__next__``: the result
+            queue, unpickling, the tensors rebuilt from shared memory, the hand-off's slot),
+            timed in the real run as it is. The one measure of it: every configuration with
+            workers pays it, whatever else changes, so `process_cpu_s` adds it; a run that
+            hands out one batch again (the synthetic one) never pays it. Workers and process
+            together cap the rate at ``cores / (prep_cpu_s + process_cpu_s)``.
         loop_runq_s: seconds per sample the training loop's thread waited for a core in the
             measured run (``/proc/thread-self/schedstat``): the workers' CPU beside it on the
             same cores (on one core, 2-3 ms a step: 10-15 % of a 20 ms step).
@@ -47,6 +53,12 @@ class Rates:
     proc_cpu_s: float = 0.0
     loop_runq_s: float = 0.0
     loop_runq_load: float = 0.0
+    receive_cpu_s: float = 0.0
+
+    @property
+    def process_cpu_s(self) -> float:
+        """CPU seconds per sample of the whole training process: its own and the receive."""
+        return self.proc_cpu_s + self.receive_cpu_s
 
     def batch_fetch_s(
         self,

@@ -45,7 +45,7 @@ class WindowFigures:
     worker_runq_s: float | None = None
     worker_io_s: float | None = None
     proc_cpu_s: float = 0.0
-    loop_cpu_s: float = 0.0
+    receive_cpu_s: float = 0.0
     loop_runq_s: float = 0.0
     other_cores: float = 0.0
     spans: int = 0
@@ -97,15 +97,25 @@ def figures(doc: dict[str, Any]) -> WindowFigures:
     if samples:
         out.proc_cpu_s = max(0.0, float(doc.get("main_cpu_s", 0.0))) / samples
         out.loop_runq_s = max(0.0, float(doc.get("loop_runq_s", 0.0))) / samples
-        stats = doc.get("stats") or {}
-        if stats.get("samples"):
-            out.loop_cpu_s = float(stats.get("main_cpu_s", 0.0)) / stats["samples"]
+        out.receive_cpu_s = _receive(doc, samples)
         if wall > 0 and out.worker_cpu_s is not None:
             # the workers' whole CPU (all threads, fetching too) when /proc gave it
             workers = doc.get("workers_cpu_s", 0.0) or out.worker_cpu_s * samples
             ours = doc.get("main_cpu_s", 0.0) + workers
             out.other_cores = max(0.0, (doc.get("machine_busy_s", 0.0) - ours) / wall)
     return out
+
+
+def _receive(doc: dict[str, Any], samples: int) -> float:
+    """The training process's CPU per sample to take its batches from the workers: the loop
+    thread's CPU in the loader's ``__next__`` over the window's steps (the loader's whole run
+    where the document has no window figure); 0 in the synthetic run, which takes none."""
+    if "receive_cpu_s" in doc:
+        return max(0.0, float(doc["receive_cpu_s"])) / samples
+    stats = doc.get("stats") or {}
+    if stats.get("samples"):
+        return float(stats.get("main_cpu_s", 0.0)) / stats["samples"]
+    return 0.0
 
 
 @dataclass
@@ -172,8 +182,10 @@ def derive(runs: dict[str, WindowFigures], *, cores: int, workers: int) -> Scrip
         sample_bytes=1.0,
         bandwidth=1e12,
         latency_s=io,
-        main_cpu_s=src.loop_cpu_s,
-        proc_cpu_s=src.proc_cpu_s,
+        main_cpu_s=src.receive_cpu_s,
+        # the process besides the receive, which the model adds back wherever workers run
+        proc_cpu_s=max(0.0, src.proc_cpu_s - src.receive_cpu_s),
+        receive_cpu_s=src.receive_cpu_s,
         # G in the job already holds the loop's waits for a core when it was slowed there
         loop_runq_s=0.0 if slowed else src.loop_runq_s,
         loop_runq_load=src.rate * c,

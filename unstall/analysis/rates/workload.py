@@ -59,7 +59,9 @@ def derive_rates(m: Measurement) -> tuple[Rates, float]:
     n = sum(s[7] for s in cached.spans) or 1
     prep_cpu = cpu / n
     main_cpu = cached.stats.get("main_cpu_s", 0.0) / max(1, cached.stats.get("samples", 0))
-    proc_cpu = cold.proc_cpu_s / cold.samples if cold.samples else 0.0
+    # the process besides its receive of each batch (the loader's __next__), which the model
+    # adds back wherever workers run (`Rates.receive_cpu_s`)
+    proc_cpu = max(0.0, (cold.proc_cpu_s / cold.samples if cold.samples else 0.0) - main_cpu)
     others = cold.other_cores()  # cores other jobs took: the workers did not have them
     cores = max(0.5, m.cores - (others if others >= OTHER_CORES else 0.0))
     if probe is not None:
@@ -76,6 +78,7 @@ def derive_rates(m: Measurement) -> tuple[Rates, float]:
             probe.latency_s,
             main_cpu,
             proc_cpu_s=proc_cpu,
+            receive_cpu_s=main_cpu,
         )
         per_batch = rates.batch_fetch_s(m.batch_size, probe.inflight)
         ceiling = min(
@@ -92,7 +95,9 @@ def derive_rates(m: Measurement) -> tuple[Rates, float]:
     if io <= 0.05 * (prep_cpu + runq / n + io):
         io = 0.0
     fetch_rate = max(1, m.num_workers) / io if io > 0 else float("inf")
-    rates = Rates(g, prep_cpu, cores, 1.0, 1e12, io, main_cpu, proc_cpu_s=proc_cpu)
+    rates = Rates(
+        g, prep_cpu, cores, 1.0, 1e12, io, main_cpu, proc_cpu_s=proc_cpu, receive_cpu_s=main_cpu
+    )
     return rates, fetch_rate
 
 

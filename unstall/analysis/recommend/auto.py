@@ -113,10 +113,10 @@ def budget_at(
     a fair share among ``ranks`` on the node, and the cores no one uses (``others``: cores
     other processes kept busy)."""
     rate = predict(rates, config).samples_per_s
-    training = training_cores(rates.proc_cpu_s * rate, 1.0)
+    training = training_cores(rates.process_cpu_s * rate, 1.0)
     r = max(1, ranks)
     cores = cores_left(node_cores, training, 0, r - 1, int(r > 1))
-    used = r * rate * (rates.prep_cpu_s + rates.proc_cpu_s)
+    used = r * rate * (rates.prep_cpu_s + rates.process_cpu_s)
     return Budget(cores, idle=max(0.0, node_cores - others - used))
 
 

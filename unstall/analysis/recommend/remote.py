@@ -56,10 +56,11 @@ def remote_row(
         return option("remote", measured, unpriced="zero_time", needs=CLUSTER, cluster=cluster)
     per_worker = b / per_batch
     receive = wire["receive_cpu_s_per_sample"] if wire else 0.0
-    trainer = replace(
+    trainer = replace(  # the whole process in one term: the local batches' receive too
         rates,
         main_cpu_s=rates.main_cpu_s + receive,
-        proc_cpu_s=rates.proc_cpu_s + receive,
+        proc_cpu_s=rates.process_cpu_s + receive,
+        receive_cpu_s=0.0,
     )
     caps = {k: v for k, v in predict(trainer, base).caps.items() if k in ("compute", "fetch")}
     if trainer.main_cpu_s > 0:

@@ -6,7 +6,10 @@ once: from the second epoch a worker's CPU per sample is a cache hit timed on th
 samples (the worker's path: lookup, copy, decode) and their collate into a batch
 (`unstall.analysis.measure.script.samples`), and its file is not read; the training
 process's CPU per sample is its loop's at the model's rate (the synthetic run's: the job
-as it is spreads the process's CPU per second over a few samples). The price is the model's
+as it is spreads the process's CPU per second over a few samples) and its receive of each
+batch from the workers, timed in the real run (`Rates.receive_cpu_s`: the cached samples
+are the script's, so its batches are received alike; the synthetic run, which hands out
+one batch again, never pays it). The price is the model's
 (`unstall.analysis.model.predict`) at the job's own workers with that CPU per sample, for
 the share of the samples the node's room holds (the rest prepared as now); from epoch 2
 on, the steady state the verification measures.
@@ -51,7 +54,8 @@ def sample_cache_row(job: Job, facts: dict[str, Any], room: float | None) -> Opt
     prep = share * cached + (1.0 - share) * rates.prep_cpu_s
     rest = 1.0 - share
     # the training process per sample at the cached rate: its loop's, measured at the
-    # model's rate, not the slow job's CPU per second over its few samples
+    # model's rate, not the slow job's CPU per second over its few samples; the model adds
+    # its receive of each batch (the same batches: the cached samples are the script's)
     loop = facts.get("loop_s")
     proc = rates.proc_cpu_s if loop is None else share * loop + rest * rates.proc_cpu_s
     rates = replace(
@@ -71,7 +75,8 @@ def sample_cache_row(job: Job, facts: dict[str, Any], room: float | None) -> Opt
         "dataset": round(facts["prep_s"] * 1e3, 3),
         "read": round(facts["read_s"] * 1e3, 3),
         "collate": round(facts.get("collate_s", 0.0) * 1e3, 3),
-        "process": round(proc * 1e3, 3),
+        "process": round((proc + rates.receive_cpu_s) * 1e3, 3),
+        "receive": round(rates.receive_cpu_s * 1e3, 3),
     }
     return option(
         "samples",

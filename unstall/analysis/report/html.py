@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from unstall.analysis.report.pages import remedies_html
-from unstall.analysis.report.terminal import auto_text, remote_text
+from unstall.analysis.report.terminal import auto_text, remote_text, verified_workers_text
 from unstall.analysis.report.timeline import LOOP, lane_order, lanes, write_trace
 from unstall.analysis.report.words import recommendation_lines
 
@@ -232,6 +232,8 @@ def _recommendation(report: dict[str, Any]) -> str:
             )
             + f"): {e(v['verdict'])}.</p>"
         )
+        if v.get("workers"):
+            text += f"<p class='verified'><small>{e(verified_workers_text(v))}</small></p>"
     return text
 
 

@@ -89,6 +89,8 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
             )
             + f"): {v['verdict']}"
         )
+        if v.get("workers"):
+            console.print(escape(f"  {verified_workers_text(v)}"))
     if "question" in report:
         q = report["question"]
         console.print(
@@ -103,6 +105,26 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
         console.print(f"Ranks: {per}; slowest: rank {report['slowest_rank']} (analysed above)")
     for note in report["notes"]:
         console.print(f"  note: {note}")
+
+
+def verified_workers_text(v: dict[str, Any]) -> str:
+    """One line on what the verification's run spent per sample (`verified.workers`) and the
+    cores other jobs held then: beside the price, whether a gap is a cost or the load."""
+    w = v["workers"]
+    parts = []
+    if "cpu_ms_per_sample" in w:
+        parts.append(
+            f"workers {w['cpu_ms_per_sample']:g} ms CPU per sample, "
+            f"{w['core_wait_ms_per_sample']:g} ms waiting for a core"
+        )
+    if "main_cpu_ms_per_sample" in w:
+        receive = w.get("receive_ms_per_sample")
+        of = f" (receiving batches {receive:g} ms)" if receive else ""
+        parts.append(f"training process {w['main_cpu_ms_per_sample']:g} ms{of}")
+    load = (v.get("at_verify_load") or {}).get("cores_left_when_measured")
+    then = f" (priced with {load:g} cores left to the job)" if load is not None else ""
+    parts.append(f"other jobs held {w.get('other_cores', 0.0):g} cores{then}")
+    return "the verification's run: " + "; ".join(parts)
 
 
 def auto_text(r: dict[str, Any]) -> str:

@@ -126,6 +126,15 @@ def watch(raw: Any, loader: Any) -> None:
         torch_iter.wrap_try_get_data(raw, w.try_get_data)
 
 
+def _waited(loader: Any, cpu_s: float) -> None:
+    """Book ``cpu_s`` of the loop's thread spent on a read that found no batch and the look
+    at the workers after it: a cost of the wait's length, not of the batch (the loader's
+    `receive_cpu_s` leaves it out)."""
+    meter = getattr(loader, "_main_cpu", None)
+    if meter is not None:
+        meter.waited(cpu_s)
+
+
 class _Watch:
     """One torch iterator's watch (see the module's docstring). Holds it and the loader weakly:
     the iterator must still be freed by reference count (`worker_death.stop_workers_when_gone`)."""
@@ -158,11 +167,13 @@ class _Watch:
         deadline = time.monotonic() + timeout
         while True:
             left = max(0.0, deadline - time.monotonic())
+            c0 = time.thread_time()
             ok, data = torch_iter.try_get_data_of(it, min(POLL_S, left))
             if ok:
                 self._arrived(it, data)
                 return ok, data
             self.check(it)
+            _waited(self.loader(), time.thread_time() - c0)
             if time.monotonic() >= deadline:
                 return ok, data
 

@@ -188,7 +188,7 @@ class Agent:
         return watch.batch
 
     def record(self, watch: Watch, wait_s: float, samples: int) -> None:
-        watch.handed.append(_handout(wait_s, samples, watch.seg_of(), _worker_pids(watch)))
+        watch.handed.append(_handout(wait_s, samples, watch.seg_of(), watch.loader))
         self._check(watch)
 
     def _check(self, watch: Watch) -> None:
@@ -229,7 +229,7 @@ class Agent:
     def finish(self, watch: Watch) -> None:
         self.write(watch)
         if self.then:
-            self.settled_s = wait_idle(_worker_pids(watch))  # their batches in hand
+            self.settled_s = wait_idle(loader_worker_pids(watch.loader))  # batches in hand
             self._switch()
             return
         raise SystemExit(0)  # the script ends as at a normal exit: workers and shm freed
@@ -280,6 +280,7 @@ class Agent:
             "workers_cpu_s": window.workers_cpu_s,
             "workers_runq_s": window.workers_runq_s,
             "loop_runq_s": window.loop_runq_s,
+            "receive_cpu_s": window.receive_cpu_s,
             "machine_busy_s": window.machine_busy_s,
             "num_workers": getattr(loader, "num_workers", 0),
             "prefetch_factor": getattr(loader, "prefetch_factor", None),
@@ -321,8 +322,11 @@ class _Sized:
         return self._length
 
 
-def _handout(wait_s: float, samples: int, seg: int, pids: list[int] | None = None) -> Handout:
+def _handout(wait_s: float, samples: int, seg: int, loader: Any = None) -> Handout:
     snap = snapshot()
+    # the workers' processes from /proc: all their threads' CPU (the spans hold only the
+    # preparing thread's), and for an iterable dataset's workers (no timed batches) all there is
+    pids = loader_worker_pids(loader) if loader is not None else None
     w_cpu, w_runq = workers_cpu(pids) if pids else (0.0, 0.0)
     return Handout(
         time.perf_counter(),
@@ -334,14 +338,8 @@ def _handout(wait_s: float, samples: int, seg: int, pids: list[int] | None = Non
         w_cpu,
         w_runq,
         max(0.0, schedclock.runq_s()),  # on the loop's thread: the hook runs in its __next__
+        float(getattr(loader, "receive_cpu_s", 0.0)),  # the loader's __next__, so far
     )
-
-
-def _worker_pids(watch: Watch) -> list[int] | None:
-    """The loader's worker processes, read from /proc: all their threads' CPU (the spans hold
-    only the preparing thread's), and for an iterable dataset's workers, whose batches carry
-    no timings, all there is."""
-    return loader_worker_pids(watch.loader)
 
 
 def _wire(watch: Watch) -> dict[str, Any] | None:

@@ -95,9 +95,10 @@ def _rate_under(command: Sequence[str], window: dict[str, Any], kwargs: Any) -> 
 
 
 def worker_figures(doc: dict[str, Any]) -> dict[str, Any]:
-    """What the run's workers spent per sample (ms: CPU, waiting for a core) and the cores
-    other processes kept busy meanwhile: beside a price, they say whether a gap is the
-    cost per sample or the machine's load."""
+    """What the run's workers spent per sample (ms: CPU, waiting for a core), the training
+    process's CPU per sample (all of it, and its receive of the batches) and the cores other
+    processes kept busy meanwhile: beside a price, they say whether a gap is the cost per
+    sample or the machine's load."""
     from unstall.analysis.rates.script import figures
 
     f = figures(doc)
@@ -106,6 +107,7 @@ def worker_figures(doc: dict[str, Any]) -> dict[str, Any]:
         out["cpu_ms_per_sample"] = round(f.worker_cpu_s * 1e3, 3)
         out["core_wait_ms_per_sample"] = round((f.worker_runq_s or 0.0) * 1e3, 3)
     out["main_cpu_ms_per_sample"] = round(f.proc_cpu_s * 1e3, 3)
+    out["receive_ms_per_sample"] = round(f.receive_cpu_s * 1e3, 3)  # included in main's
     return out
 
 
