@@ -167,7 +167,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
         shadow = TorchDataLoader(dataset, **torch_arguments(args, dataset))
         torch_iter.adopt(self, shadow)  # its attributes, torch's names checked (once)
         self._stats = LoaderStats()
-        self._main_cpu = CpuMeter()  # main-process CPU seconds in the loader, batches
+        self.main_cpu = CpuMeter()  # the loop thread's CPU in __next__ (its receive), batches
         self._stats_sources: list[Callable[[], dict[str, Any]]] = []
         self._position = EpochPosition()
         self._current: weakref.ref[Any] | None = None  # the last iter(): replaced by the next
@@ -213,7 +213,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
                 m,
                 self._position,
                 lambda: me()._stats,
-                self._main_cpu,
+                self.main_cpu,
                 lambda: me()._source_stats(),
                 self._autotune,
             )
@@ -246,14 +246,6 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
     def passthrough(self) -> bool:
         """True where torch's own loader runs the dataset as it is (iterable, or no length)."""
         return self._passthrough
-
-    @property
-    def receive_cpu_s(self) -> float:
-        """CPU seconds the training loop's thread has spent in this loader's ``__next__`` (the
-        batches taken from the workers: the result queue, unpickling, the tensors rebuilt from
-        shared memory, the hand-off's slot), counted since construction or `reset_stats`; the
-        waits' own CPU (the watchdog's looks at the workers while no batch came) left out."""
-        return self._main_cpu.receive_s
 
     def worker_pids(self) -> list[int]:
         """Process ids of the current iterator's workers (the analyzer reads their clocks)."""
@@ -401,7 +393,7 @@ class DataLoader(TorchDataLoader[T_co]):  # type: ignore[misc,valid-type]
     def reset_stats(self) -> None:
         """Start counting afresh (e.g. after a warm-up epoch)."""
         self._stats = LoaderStats()
-        self._main_cpu.reset()
+        self.main_cpu.reset()
 
     def add_stats_source(self, source: Callable[[], dict[str, Any]]) -> None:
         """Merge ``source()``'s sections into every `stats` result (used by caches, stores)."""

@@ -230,7 +230,7 @@ def loader_stats(loader: Any) -> dict[str, Any]:
     CPU per batch, the prep plan, the hand-off, the epoch, the tuner and its sources' sections."""
     out = loader._stats.as_dict()
     out["num_workers"] = loader.num_workers
-    cpu_s, batches = loader._main_cpu.seconds, loader._main_cpu.batches
+    cpu_s, batches = loader.main_cpu.seconds, loader.main_cpu.batches
     out["main_cpu_s"] = round(cpu_s, 6)  # the training loop's thread, in ``__next__``
     out["main_cpu_ms_per_batch"] = round(1e3 * cpu_s / batches, 4) if batches else 0.0
     if loader._gpu_prep is not None and batches:  # the GPU stage's own thread, beside it

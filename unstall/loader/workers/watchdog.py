@@ -129,8 +129,8 @@ def watch(raw: Any, loader: Any) -> None:
 def _waited(loader: Any, cpu_s: float) -> None:
     """Book ``cpu_s`` of the loop's thread spent on a read that found no batch and the look
     at the workers after it: a cost of the wait's length, not of the batch (the loader's
-    `receive_cpu_s` leaves it out)."""
-    meter = getattr(loader, "_main_cpu", None)
+    `CpuMeter.receive_s` leaves it out)."""
+    meter = getattr(loader, "main_cpu", None)
     if meter is not None:
         meter.waited(cpu_s)
 

@@ -327,6 +327,7 @@ def _handout(wait_s: float, samples: int, seg: int, loader: Any = None) -> Hando
     # the workers' processes from /proc: all their threads' CPU (the spans hold only the
     # preparing thread's), and for an iterable dataset's workers (no timed batches) all there is
     pids = loader_worker_pids(loader) if loader is not None else None
+    meter = getattr(loader, "main_cpu", None)  # the loop thread's CPU in its __next__ so far
     w_cpu, w_runq = workers_cpu(pids) if pids else (0.0, 0.0)
     return Handout(
         time.perf_counter(),
@@ -338,7 +339,7 @@ def _handout(wait_s: float, samples: int, seg: int, loader: Any = None) -> Hando
         w_cpu,
         w_runq,
         max(0.0, schedclock.runq_s()),  # on the loop's thread: the hook runs in its __next__
-        float(getattr(loader, "receive_cpu_s", 0.0)),  # the loader's __next__, so far
+        meter.receive_s if meter is not None else 0.0,  # the batches' receive, waits aside
     )
 
 
