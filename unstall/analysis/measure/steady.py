@@ -37,7 +37,9 @@ class Handout:
 
 @dataclass
 class Window:
-    """Steps of the steady window [Unit: second]: ``(wait, compute, samples)`` each."""
+    """Steps of the steady window [Unit: second]: ``(wait, compute, samples)`` each, a step
+    the loop's work on one batch and its wait for the next: the stretch between two hand-outs,
+    over which the CPU and busy seconds beside them are read."""
 
     steps: list[tuple[float, float, int]] = field(default_factory=list)
     bounds: list[tuple[float, float]] = field(default_factory=list)  # per iterator: start, end
@@ -93,8 +95,10 @@ def steady_window(handouts: list[Handout], *, skip_first: int, skip_each: int) -
         pairs = list(itertools.pairwise(kept))
         pairs = _settled(pairs)
         for a, b in pairs:
+            # the loop's step on batch a, then its wait for b: the stretch (a.t, b.t] whose
+            # CPU and busy time are read below (a's own wait came before it)
             compute = max(0.0, b.t - b.wait - a.t)
-            out.steps.append((a.wait, compute, a.n))
+            out.steps.append((b.wait, compute, a.n))
             out.main_cpu_s += b.cpu - a.cpu
             out.machine_busy_s += b.busy - a.busy
             out.workers_cpu_s += max(0.0, b.workers_cpu - a.workers_cpu)
