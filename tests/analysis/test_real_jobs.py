@@ -17,6 +17,7 @@ import pytest
 
 from tests.analysis.conftest import check_model_rate, run_analyze
 from unstall.analysis.measure.steady import Handout, burst_depth, steady_window
+from unstall.analysis.rates.result import LEAST_CORES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "analysis" / "scripts" / "burn_train.py"
@@ -34,7 +35,7 @@ def check_truth(report: dict, *, g: float, workers: int, cpu_s: float, bottlenec
     off."""
     check_model_rate(report, g)
     assert report["prep_rate"] is not None, report["not_measured"]
-    cores = max(0.5, CORES - report["oversubscription"]["cores_used_by_others"])
+    cores = max(LEAST_CORES, CORES - report["oversubscription"]["cores_used_by_others"])
     prep = min(workers, cores) / cpu_s
     assert report["prep_rate"] == pytest.approx(prep, rel=0.20), report["rates"]
     assert report["bottleneck"] == bottleneck, report["summary"]

@@ -20,6 +20,7 @@ from unstall.analysis.measure.workload import Workload
 from unstall.analysis.model.predict import Config
 from unstall.analysis.model.stage import Analysis, ask, model_of
 from unstall.analysis.model.whatif import parse_what_if
+from unstall.analysis.rates.result import LEAST_CORES
 from unstall.analysis.rates.script import derive_script
 from unstall.analysis.rates.workload import derive_workload
 from unstall.analysis.recommend.stage import advise
@@ -184,7 +185,7 @@ def priced_at_verify_load(a: Analysis, advice: Any, verified: dict[str, Any]) ->
     if others is None or not measured or not verified.get("changed"):
         return {}
     d = a.derived
-    cores = max(0.5, float(a.measurement.cores) - float(others))
+    cores = max(LEAST_CORES, float(a.measurement.cores) - float(others))
     again = advise(replace(a, derived=replace(d, rates=replace(d.rates, cores=cores))))
     if remedy is None:
         price = again.recommendation.get("predicted_samples_per_s")

@@ -85,6 +85,11 @@ class Rates:
         return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
+#: The fewest cores a job is priced with where other jobs hold the rest: what the machine
+#: measured left to it (its own CPU at least, on a full machine) down to this, never zero.
+#: At 0.5 a job left a third of a core by other jobs was priced 45 % over its verification.
+LEAST_CORES = 0.1
+
 #: How ``Derived.unknown["fetch"]`` begins where F was not measured because the workers hardly
 #: waited on I/O: storage then cannot be what limits the job (`Derived.io_unseen`).
 NO_IO_WAIT = "no I/O wait seen"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from unstall.analysis.measure.result import Measurement
-from unstall.analysis.rates.result import NO_IO_WAIT, Derived, Rates
+from unstall.analysis.rates.result import LEAST_CORES, NO_IO_WAIT, Derived, Rates
 
 #: I/O wait below this share of a worker's time per sample is no evidence of a fetch limit.
 IO_FLOOR = 0.05
@@ -165,7 +165,7 @@ def derive(runs: dict[str, WindowFigures], *, cores: int, workers: int) -> Scrip
         c, q, io = src.worker_cpu_s, src.worker_runq_s or 0.0, src.worker_io_s or 0.0
         notes += src.notes
     others = src.other_cores if src.other_cores >= OTHER_FLOOR else 0.0
-    free = max(0.5, cores - others)
+    free = max(LEAST_CORES, cores - others)
     fetch_rate: float | None = None
     if "fetch" not in unknown:
         if io <= IO_FLOOR * (c + q + io):
