@@ -15,7 +15,7 @@ import math
 
 from unstall.analysis.measure.result import Measurement
 from unstall.analysis.measure.runs import Run
-from unstall.analysis.rates.result import LEAST_CORES, NO_IO_WAIT, Derived, Rates
+from unstall.analysis.rates.result import NO_IO_WAIT, Derived, Rates
 
 #: Below this share of stall in the cold run the job is compute-bound.
 COMPUTE_BOUND = 0.10
@@ -63,7 +63,7 @@ def derive_rates(m: Measurement) -> tuple[Rates, float]:
     # adds back wherever workers run (`Rates.receive_cpu_s`)
     proc_cpu = max(0.0, (cold.proc_cpu_s / cold.samples if cold.samples else 0.0) - main_cpu)
     others = cold.other_cores()  # cores other jobs took: the workers did not have them
-    cores = max(LEAST_CORES, m.cores - (others if others >= OTHER_CORES else 0.0))
+    cores = max(0.5, m.cores - (others if others >= OTHER_CORES else 0.0))
     if probe is not None:
         # storage as probed (one read, one batch read); the fetch-only run, which shares the
         # CPU with everything else on the machine, is its lower bound
