@@ -7,6 +7,7 @@ leaves as it is is not priced."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,33 @@ def test_a_pipeline_the_plan_leaves_as_it_is_is_not_priced(data: Path) -> None:
     }
     classification = torch.utils.data.TensorDataset(torch.zeros(4, 3))
     assert detection_probe(classification) is None  # not a detection dataset: no row
+
+
+@pytest.mark.timeout(240)
+def test_analyze_finds_the_ssd_job_prep_bound_and_recommends_the_plan(tmp_path: Path) -> None:
+    # the whole analyzer on the unchanged example, small: 48 JPEGs of 400x300, batches of 4,
+    # the model at 1 ms a batch (4,000 samples/s, far above what 2 workers prepare)
+    from tests.analysis.conftest import run_analyze
+
+    data = make_detection_data(tmp_path / "data", 48, size=(400, 300))
+    command = [sys.executable, str(SCRIPT), str(data), "--batch-size", "4", "--epochs", "40"]
+    command += ["--step-ms", "1"]
+    report = run_analyze(tmp_path, ["--quick", "--min-seconds", "2"], command, timeout=200)
+    assert report["bottleneck"] == "prep", report["summary"]
+    (plan,) = [r for r in report["remedies"] if r["remedy"] == "detection"]
+    probe = plan["probe"]
+    assert plan["samples_timed"] == 24 and plan["config"] == {
+        "kwargs": {"num_workers": 2, "prep": "lean"}
+    }
+    assert plan["plan"].startswith("DetectionPlan([RandomPhotometricDistort, RandomZoomOut")
+    # priced from the workers' measured CPU per sample, scaled by the probe's ratio
+    ratio = probe["plan_cpu_s"] / probe["own_cpu_s"]
+    cpu = plan["worker_cpu_ms_per_sample"]
+    assert cpu["now"] == pytest.approx(report["rates"]["prep_cpu_s"] * 1e3, rel=1e-3)
+    assert cpu["planned"] == pytest.approx(cpu["now"] * ratio, rel=1e-3)
+    assert ratio < 0.85, probe  # the canvas and the colours on it gone
+    assert plan["predicted_samples_per_s"] > 1.1 * report["measured_samples_per_s"], plan
+    rec = report["recommendation"]
+    assert rec["remedy"] == "detection" and rec["changed"], rec
+    assert rec["kwargs"] == {"num_workers": 2, "prep": "lean"}
+    assert rec["predicted_samples_per_s"] == plan["predicted_samples_per_s"]
