@@ -1,14 +1,17 @@
-"""``RandomIoUCrop.make_params`` with the same draws and the same decisions, ~10x cheaper.
+"""``RandomIoUCrop.make_params`` with the same draws and the same decisions, far cheaper.
 
 torchvision's rejection loop draws an overlap option, then up to ``trials`` times a crop
 size, a crop place, and checks the boxes with tensor ops on a handful of numbers (format
 conversion, centres, ``box_iou``), each trial paying torch's per-op overhead: on 1-10 boxes
 the loop costs more than the pixels it saves (milliseconds per sample, hundreds where few
-crops pass). Here the draws are the same calls on torch's generator in the same order
-(``torch.randint(0, len(options), (1,))``, ``torch.rand(2)``, ``torch.rand(2)``), and the
-checks are the same float32 arithmetic in numpy on boxes converted to XYXY once, so the
-accepted crop, and the generator's state after, are torchvision's bit for bit (tested
-against torchvision's own ``make_params``).
+crops pass). Here the draws are the same numbers from torch's generator in the same order
+(``torch.randint(0, len(options), (1,))``, then the trials' ``torch.rand(2)`` pairs, taken
+as one block and the generator moved on by exactly what the trials took), and the checks
+are the same float32 arithmetic in numpy on boxes converted to XYXY once, for all of an
+option's trials at once, so the accepted crop, and the generator's state after, are
+torchvision's bit for bit (tested against torchvision's own ``make_params``). On the SSD
+preset's zoomed-out canvases (about 130 draws a sample): 8.1 -> 1.2 ms a sample, the loop
+a trial at a time against the block.
 """
 
 from __future__ import annotations
