@@ -139,6 +139,13 @@ def test_recommendation_links_which_remedy_when(report, tmp_path):
     assert f"Which remedy when, and what each needs: {link}" in dom, dom[-3000:]
     assert dom.index('class="recommendation"') < dom.index(link) < dom.index("<h3>")
     assert page.read_text().startswith("# Which remedy when\n")
+    # how to apply it, said once: the file written beside the page, not also the terminal's
+    # "apply it: unstall run --config FILE, FILE holding ..."
+    rec = report["recommendation"]
+    if rec.get("changed", True) and not rec.get("edit"):
+        assert dom.lower().count("apply it") == 1, dom[-3000:]
+        assert "Apply it: <code>unstall run --config recommendation.json -- python" in dom
+        assert "FILE holding" not in dom
     console = Console(record=True, width=400, file=io.StringIO())
     print_summary(report, console)
     assert f"Which remedy when, and what each needs: {page}" in console.export_text()

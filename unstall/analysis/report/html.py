@@ -179,11 +179,16 @@ def _recommendation(report: dict[str, Any]) -> str:
     rec = report["recommendation"]
     lines = recommendation_lines(rec)
     text = f"<p class='recommendation'>{e(lines[0].removeprefix('Recommendation: '))}</p>"
-    text += "".join(f"<p>{e(_sentence(line))}</p>" for line in lines[1:])
-    if rec.get("changed", True) and not rec.get("edit"):
+    by_config = rec.get("changed", True) and not rec.get("edit")
+    # a loader setting is applied by the file written beside this page: one "Apply it" line
+    # that names it, in place of the terminal's "apply it: ... FILE holding ..."
+    rest = [line for line in lines[1:] if not (by_config and line.startswith("  apply it:"))]
+    text += "".join(f"<p>{e(_sentence(line))}</p>" for line in rest)
+    if by_config:
         text += (
             "<p>Apply it: <code>unstall run --config recommendation.json -- python train.py"
-            "</code></p>"
+            "</code> (recommendation.json, written beside this page, holds the setting above; "
+            "no edit of the script)</p>"
         )
     text += remedies_html()
     items = []
