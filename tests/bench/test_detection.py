@@ -44,6 +44,12 @@ def test_quick_bench_has_a_row_per_preset_with_both_sides() -> None:
     compared = result.detail["side_by_side"]
     assert [r["preset"] for r in compared] == list(presets)
     assert all(r["boxes_labels_equal"] for r in compared)  # torchvision's, same draws
+    # the flip alone is left as it is by prep="lean" (its pair runs the script on both
+    # sides), yet its side-by-side row times the plan: the row says so, and a note
+    assert "left_as_is" not in compared[0]
+    assert compared[1]["left_as_is"].startswith("nothing to fold")
+    assert compared[1]["planned_cpu_ms"] > 0 and compared[1]["pixel_worst"] == 0
+    assert sum(n.startswith('hflip: prep="lean" leaves') for n in result.notes) == 1
     with pytest.raises(ValueError, match="ssd first"):
         run(quick=True, presets=("hflip",))
     assert set(presets) < set(PRESETS)

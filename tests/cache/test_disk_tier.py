@@ -7,13 +7,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 
 import unstall
+from tests import forked
 from unstall.cache import DiskFullWarning, clear_caches, disk_tier, list_caches
 from unstall.cache.shm import lifecycle
 from unstall.cache.shm.index import CLAIMED, READY
@@ -81,17 +81,31 @@ def _write(root: Path, n: int, size: int) -> list[bytes]:
     return out
 
 
-def test_two_jobs_four_workers_hit_080_from_epoch_2_and_never_store_twice(tmp_path):
+@pytest.fixture(scope="module")
+def jobs_server():
+    """The jobs (three processes in this module) forked from a fork server that imported
+    torch and unstall once (`tests.forked`): each its own process, started in a fraction of a
+    second instead of 2-3 s of CPU importing torch."""
+    with forked.server() as ctx:
+        yield ctx
+
+
+def test_two_jobs_four_workers_hit_080_from_epoch_2_and_never_store_twice(tmp_path, jobs_server):
     _write(tmp_path / "data", N, SIZE)
     (tmp_path / "meet").mkdir()
-    args = [sys.executable, "-c", JOB, str(tmp_path / "data"), str(N), str(tmp_path / "meet")]
+    argv = ["-c", JOB, str(tmp_path / "data"), str(N), str(tmp_path / "meet")]
     jobs = [
-        subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
-        for _ in range(2)
+        forked.Forked(
+            jobs_server, argv, env=env(), cwd=tmp_path, output=tmp_path / f"job{i}", text=True
+        )
+        for i in range(2)
     ]
     reports = []
     for job in jobs:
-        out, err = job.communicate(timeout=120)
+        try:
+            out, err = job.communicate(timeout=120)
+        finally:
+            job.kill()  # (ended already, unless it ran past its time)
         assert job.returncode == 0, err[-3000:]
         reports.append(json.loads(out.strip().splitlines()[-1]))
     for report in reports:
@@ -124,19 +138,16 @@ def test_disk_tier_outlives_the_job_and_serves_the_next_from_disk(tmp_path):
     assert os.listdir(disk_tier.tier_dir()) == []
 
 
-def test_job_killed_mid_write_leaves_nothing_served_wrong(tmp_path):
+def test_job_killed_mid_write_leaves_nothing_served_wrong(tmp_path, jobs_server):
     truth = _write(tmp_path / "data", 200, 256)
-    args = [sys.executable, "-c", DIES, str(tmp_path / "data"), "200"]
-    proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()
-    )
+    argv = ["-c", DIES, str(tmp_path / "data"), "200"]
+    proc = forked.Forked(jobs_server, argv, env=env(), cwd=tmp_path, output=tmp_path / "dies")
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.strip() == "mid-write", proc.stderr.read()[-3000:] if proc.stderr else ""
+        line = proc.first_line(timeout=120)
+        assert line.strip() == "mid-write", proc.output()[1].decode()[-3000:]
     finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.kill()  # SIGKILL
+        assert proc.wait(timeout=10) == -signal.SIGKILL
     (tier,) = [c for c in list_caches() if c["tier"] == "disk"]
     name = tier["name"]
     with contextlib.closing(lifecycle.map_file(disk_tier.index_path(name))) as index:

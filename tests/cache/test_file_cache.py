@@ -22,6 +22,7 @@ import pytest
 import torch
 
 import unstall
+from tests import forked
 from unstall.cache import clear_caches, list_caches
 from unstall.cache.shm import segment
 from unstall.loader import file_hook
@@ -188,29 +189,52 @@ def make_files(root: Path, kind: str = "bin") -> list[Path]:
     return paths
 
 
+@pytest.fixture(scope="module")
+def as_is():
+    """The scripts as they are (no cache, torch's loader) forked from a fork server that
+    imported torch once (`tests.forked`): each still its own process, started in a fraction
+    of a second instead of 2-3 s of CPU importing torch (eight runs in this module)."""
+    with forked.server(("torch", "numpy", "PIL.Image", "hashlib")) as ctx:
+        yield ctx
+
+
 def run(
     tmp_path: Path,
     kind: str,
     root: Path,
     *,
+    as_is: object = None,
     cache: object = None,
     epochs: int = 2,
     extra: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
     tag: str = "",
 ) -> tuple[dict, str]:
-    """The script's report and stderr: as it is (``cache=None``) or under ``unstall run``."""
+    """The script's report and stderr: as it is (``cache=None``: forked from ``as_is``, the
+    `as_is` fork server) or under ``unstall run`` (a fresh interpreter, started by it)."""
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     out = tmp_path / f"out-{kind}-{cache is not None}{tag}.json"
-    command = [sys.executable, str(script), kind, str(root), str(epochs), str(out), *extra]
-    if cache is not None:
-        config = tmp_path / "c.json"
-        config.write_text(json.dumps({"kwargs": {"cache": cache}}))
-        command = [sys.executable, "-m", "unstall", "run", "--config", str(config), "--", *command]
+    argv = [str(script), kind, str(root), str(epochs), str(out), *extra]
     environ = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    if cache is None:
+        proc = forked.Forked(as_is, argv, env=environ, cwd=tmp_path, output=out, text=True)
+        try:
+            _, err = proc.communicate(timeout=240)
+        finally:
+            proc.kill()  # (ended already, unless it ran past its time)
+        assert proc.returncode == 0, err[-4000:]
+        return json.loads(out.read_text()), err
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"kwargs": {"cache": cache}}))
+    command = [sys.executable, "-m", "unstall", "run", "--config", str(config), "--"]
     done = subprocess.run(
-        command, capture_output=True, text=True, env=environ, timeout=240, cwd=tmp_path
+        [*command, sys.executable, *argv],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=240,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return json.loads(out.read_text()), done.stderr
@@ -234,11 +258,11 @@ def per_epoch(stats: list[dict]) -> list[dict]:
 
 
 @pytest.mark.timeout(600)
-def test_paths_and_open_epoch_two_from_the_cache_at_c_over_n(tmp_path):
+def test_paths_and_open_epoch_two_from_the_cache_at_c_over_n(tmp_path, as_is):
     root = tmp_path / "data"
     make_files(root)
     before = shm_files()
-    plain, _ = run(tmp_path, "open", root)
+    plain, _ = run(tmp_path, "open", root, as_is=as_is)
     cached, err = run(tmp_path, "open", root, cache=0.5)
     assert "caching the 32 files Folder.samples lists" in err
     for a, b in zip(plain["epochs"], cached["epochs"], strict=True):
@@ -257,10 +281,10 @@ def test_paths_and_open_epoch_two_from_the_cache_at_c_over_n(tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_paths_and_pil_the_same_pixels_and_hits(tmp_path):
+def test_paths_and_pil_the_same_pixels_and_hits(tmp_path, as_is):
     root = tmp_path / "data"
     make_files(root, "png")
-    plain, _ = run(tmp_path, "pil", root)
+    plain, _ = run(tmp_path, "pil", root, as_is=as_is)
     cached, _ = run(tmp_path, "pil", root, cache=0.5)
     assert [e["samples"] for e in plain["epochs"]] == [e["samples"] for e in cached["epochs"]]
     first, second = per_epoch(cached["stats"])
@@ -269,10 +293,10 @@ def test_paths_and_pil_the_same_pixels_and_hits(tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_an_iterable_dataset(tmp_path):
+def test_an_iterable_dataset(tmp_path, as_is):
     root = tmp_path / "data"
     make_files(root)
-    plain, _ = run(tmp_path, "iterable", root)
+    plain, _ = run(tmp_path, "iterable", root, as_is=as_is)
     cached, _ = run(tmp_path, "iterable", root, cache=0.5)
     assert [e["samples"] for e in plain["epochs"]] == [e["samples"] for e in cached["epochs"]]
     first, second = per_epoch(cached["stats"])
@@ -282,10 +306,10 @@ def test_an_iterable_dataset(tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_a_file_rewritten_between_epochs_is_read_anew(tmp_path):
+def test_a_file_rewritten_between_epochs_is_read_anew(tmp_path, as_is):
     root = tmp_path / "data"
     make_files(root)
-    plain, _ = run(tmp_path, "open", root, epochs=3, extra=("rewrite",))
+    plain, _ = run(tmp_path, "open", root, as_is=as_is, epochs=3, extra=("rewrite",))
     for path in root.iterdir():  # the first run rewrote them: back to the same bytes
         path.unlink()
     root.rmdir()
@@ -303,10 +327,10 @@ def test_a_file_rewritten_between_epochs_is_read_anew(tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_mmap_fileno_and_files_the_dataset_writes_work_as_without_unstall(tmp_path):
+def test_mmap_fileno_and_files_the_dataset_writes_work_as_without_unstall(tmp_path, as_is):
     root = tmp_path / "data"
     make_files(root, "npy")
-    plain, _ = run(tmp_path, "unsafe", root)
+    plain, _ = run(tmp_path, "unsafe", root, as_is=as_is)
     cached, _ = run(tmp_path, "unsafe", root, cache="64MiB")
     for a, b in zip(plain["epochs"], cached["epochs"], strict=True):
         assert a["samples"] == b["samples"]
@@ -337,10 +361,10 @@ def test_two_jobs_share_one_segment_kept_by_todays_rules(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_a_cache_that_cannot_apply_says_why_and_the_job_runs(tmp_path):
+def test_a_cache_that_cannot_apply_says_why_and_the_job_runs(tmp_path, as_is):
     root = tmp_path / "data"
     make_files(root)
-    plain, _ = run(tmp_path, "unlisted", root, epochs=1)
+    plain, _ = run(tmp_path, "unlisted", root, as_is=as_is, epochs=1)
     cached, err = run(tmp_path, "unlisted", root, cache="1GiB", epochs=1)
     assert plain["epochs"][0]["samples"] == cached["epochs"][0]["samples"]
     lines = [line for line in err.splitlines() if "cache not applied" in line]

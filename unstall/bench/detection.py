@@ -80,12 +80,15 @@ def side_by_side(
     """Per preset, on ``images`` of the bench's JPEGs, in this process, one thread: CPU ms per
     sample of the script's ``dataset[i]`` and of the planned one (load-free: thread time),
     and the planned output's difference from torchvision's for the same draws (same seed):
-    grey levels of 255, the mean over images of each image's mean, and the worst pixel."""
+    grey levels of 255, the mean over images of each image's mean, and the worst pixel. A
+    pipeline ``prep="lean"`` leaves as it is (``left_as_is``: why) is timed planned all the
+    same: what the plan would have cost there."""
     import importlib.util
 
     import torch
 
-    from unstall.adapt.detection import adapt_detection
+    from unstall.adapt.detection import Found, find_detection, planned_dataset, read_steps
+    from unstall.adapt.recognize import Refusal
 
     spec = importlib.util.spec_from_file_location("detection_ssd", SCRIPT)
     assert spec is not None and spec.loader is not None
@@ -97,7 +100,11 @@ def side_by_side(
     try:
         for preset in presets:
             dataset = script.JpegBoxes(str(root), transforms=script.preset(preset, 300))
-            planned = adapt_detection(dataset, "lean", lambda _line: None)
+            found = find_detection(dataset)
+            refused = found.reason if isinstance(found, Refusal) else None
+            if not isinstance(found, Found):  # left as it is by prep="lean": planned anyway
+                found = Found(dataset, "transforms", read_steps(dataset.transforms), "JpegBoxes")
+            planned = planned_dataset(dataset, found)
             own = ours = 0.0
             means, worst, boxes_equal = [], 0.0, True
             n = min(images, len(dataset))
@@ -125,6 +132,7 @@ def side_by_side(
                     "pixel_worst_image_mean": round(max(means), 3),
                     "pixel_worst": round(worst, 1),
                     "boxes_labels_equal": boxes_equal,
+                    **({"left_as_is": refused} if refused else {}),
                 }
             )
     finally:
@@ -166,6 +174,7 @@ def run(
                 f"torchvision, same draws: mean {r['pixel_mean']:.2f}, worst image mean "
                 f"{r['pixel_worst_image_mean']:.2f}, worst {r['pixel_worst']:.0f} grey levels; "
                 f"boxes and labels equal: {r['boxes_labels_equal']}"
+                + (f"; left as it is by prep='lean' ({r['left_as_is']})" if _idle(r) else "")
             )
         config = os.path.join(tmp, "lean.json")
         with open(config, "w") as f:
@@ -235,5 +244,17 @@ def run(
                 f"({r['cpu_ratio']:.2f}x)"
                 for r in compared
             ),
+            *(
+                f'{r["preset"]}: prep="lean" leaves the pipeline as it is ({r["left_as_is"]}), '
+                "so its end-to-end pair runs the script as it is on both sides; the side-by-side "
+                "figure times the plan all the same"
+                for r in compared
+                if _idle(r)
+            ),
         ],
     )
+
+
+def _idle(row: dict[str, Any]) -> bool:
+    """Whether ``prep="lean"`` leaves that side-by-side row's pipeline as it is."""
+    return bool(row.get("left_as_is"))

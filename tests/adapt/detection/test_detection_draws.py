@@ -117,3 +117,32 @@ def test_iou_crop_params_are_torchvisions_bit_for_bit() -> None:
                 else value == ours[key]
             )
             assert same, (case, key)
+
+
+def test_iou_crop_params_match_torchvision_where_most_trials_fail() -> None:
+    # a few small boxes on a large canvas (the SSD preset's zoomed-out one): most trials miss
+    # them or overlap them too little, whole options' trials fail and the loop draws again
+    # (the trials' draws, taken as one block, are wound back to exactly what they took)
+    op = T.RandomIoUCrop()
+    g = torch.Generator().manual_seed(2)
+    crops = 0
+    for case in range(60):
+        n = 1 + case % 3
+        h, w = (int(v) for v in 1000 + torch.randint(0, 1000, (2,), generator=g))
+        xy = torch.rand(n, 2, generator=g) * torch.tensor([w, h]) * 0.9
+        wh = torch.rand(n, 2, generator=g) * torch.tensor([w, h]) * 0.05 + 1
+        boxes = tv_tensors.BoundingBoxes(torch.cat([xy, xy + wh], 1), format="XYXY",
+                                         canvas_size=(h, w))  # fmt: skip
+        torch.manual_seed(100 + case)
+        theirs, state = op.make_params([boxes]), torch.get_rng_state()
+        torch.manual_seed(100 + case)
+        ours = iou_crop_params(op, h, w, boxes)
+        assert torch.equal(torch.get_rng_state(), state), case
+        assert theirs.keys() == ours.keys(), case
+        for key, value in theirs.items():
+            if key == "is_within_crop_area":
+                assert torch.equal(value, ours[key]), case
+            else:
+                assert value == ours[key], (case, key)
+        crops += bool(ours)
+    assert 20 < crops < 60  # crops drawn, and options of 1.0 (no crop) among them
