@@ -6,13 +6,13 @@ leaves as it is is not priced."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.scripts import load_script
 from unstall.analysis.measure.script.detection import detection_probe
 from unstall.analysis.model.predict import Config, predict
 from unstall.analysis.rates.result import Rates
@@ -27,11 +27,7 @@ BASE = Config(workers=2, batch_size=16)
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("detection_ssd_example", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "detection_ssd_example")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ and never advise a configuration predicted slower than the job as it is.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from tests.analysis.conftest import check_model_rate, run_analyze
+from tests.scripts import load_script
 from unstall.analysis.measure.steady import Handout, burst_depth, steady_window
 from unstall.analysis.rates.result import LEAST_CORES
 
@@ -38,10 +38,7 @@ def loader_cpu_s(*, workers: int, pin: bool = False, iterable: bool = False) -> 
     CPU each sample costs beside the script's set ``--cpu-ms`` (0.3-0.6 ms here, more when
     the other core is busy): left out of the truth, it took up most of the 20 % and a busy
     neighbour the rest."""
-    spec = importlib.util.spec_from_file_location("burn_train", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script(SCRIPT, "burn_train")
     n = 1600
     data = script.Stream(n, 0.0) if iterable else script.TrainSet(n, 0.0, 0.0)
     loader = DataLoader(data, batch_size=8, num_workers=workers, pin_memory=pin)

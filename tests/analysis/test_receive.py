@@ -11,7 +11,6 @@ receive, cheap to make.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.analysis.conftest import run_analyze
+from tests.scripts import load_script
 from unstall import DataLoader
 from unstall.analysis.model.predict import Config, predict
 from unstall.analysis.rates.result import Rates
@@ -61,9 +61,7 @@ def _own_receive(batches: int = 24, skip: int = 4) -> float:
     """CPU seconds per sample this thread spends in ``next()`` on the script's own Dataset
     under unstall's loader (the one ``unstall analyze`` runs it under): the receive,
     timed here without the analyzer."""
-    spec = importlib.util.spec_from_file_location("big_batches_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(SCRIPT, "big_batches_under_test")
     loader = DataLoader(module.Images(16 * (batches + skip)), batch_size=16, num_workers=2)
     cpu, samples = 0.0, 0
     it = iter(loader)

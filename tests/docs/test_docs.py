@@ -20,6 +20,7 @@ from PIL import Image
 
 import unstall
 from tests.browser import CHROMIUM, NOT_INSTALLED, chromium_flags
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -190,10 +191,7 @@ def _squash(text: str) -> str:
 
 
 def _load_gen_tables():
-    spec = importlib.util.spec_from_file_location("gen_tables", DOCS / "gen_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DOCS / "gen_tables.py", "gen_tables")
 
 
 def _env() -> dict[str, str]:

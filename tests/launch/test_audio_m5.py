@@ -6,7 +6,6 @@ and to the script's own, run as it is."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import signal
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
 from unstall.cache import clear_caches, list_caches
 from unstall.data.audio import make_audio_dataset
 
@@ -55,9 +55,7 @@ def _records(ids: Path) -> list[dict]:
 
 def _expected(data: Path) -> Counter:
     """(sha256 of the waveform's bytes, label) of each clip, from the script's own Dataset."""
-    spec = importlib.util.spec_from_file_location("audio_m5_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(SCRIPT, "audio_m5_under_test")
     dataset = module.ClipFolder(str(data), samples=SAMPLES)
     out = Counter()
     for i in range(len(dataset)):
