@@ -114,6 +114,8 @@ def build_report(
     }
     extra = {**m.extra, **d.extra}
     out.update((k, extra[k]) for k in SCRIPT_KEYS if k in extra)
+    if advice.loaders:  # each other loader's pass priced, and what the config holds for it
+        out["loaders"] = advice.loaders
     if a.question is not None:
         out["question"] = a.question
     if html_dir is not None:
