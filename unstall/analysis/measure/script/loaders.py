@@ -119,7 +119,10 @@ def _facts(
     if time.monotonic() > deadline:
         why = f"the other loaders' checks took their {CHECK_MAX_S:g} s"
         return {"applies": False, "check": "not checked", "why": why}
-    facts = sample_cache_facts(dataset)
+    try:
+        facts = sample_cache_facts(dataset)
+    except Exception as exc:  # another loader's odd dataset must not end the measurement
+        facts = {"applies": False, "check": "error", "why": f"{type(exc).__name__}: {exc}"}
     facts_of[id(dataset)] = facts
     return facts
 
