@@ -111,8 +111,9 @@ def test_a_deterministic_validation_pass_is_priced_and_the_config_serves_both() 
     assert priced["saved_s_per_pass"] == pytest.approx(0.55 - 0.05 - first, abs=1e-4)
     assert priced["share"] == 1.0 and priced["passes_per_epoch"] == 1
     rec = {"kwargs": {"num_workers": 2}, "config": "workers=2,cache=0", "changed": False}
-    rec.update(predicted_samples_per_s=50.0)
+    rec.update(predicted_samples_per_s=50.0, why_unchanged="the job is compute-bound")
     out = serve_all(rec, rows)
+    assert "why_unchanged" not in out  # it changes the loaders now
     assert out["kwargs"] == {"num_workers": 2, "cache": {"size": "64MiB", "hold": "samples"}}
     assert out["changed"] and out["config"] == "workers=2,cache=64MiB:samples"
     assert out["predicted_samples_per_s"] == 50.0  # the training loop's price, unchanged
@@ -173,6 +174,7 @@ def test_the_validation_loader_is_priced_and_verified(tmp_path, root):
     assert 0 < priced["pass_s"] < val["pass"]["wall_s"] and priced["share"] == 1.0, priced
     rec = report["recommendation"]
     assert rec["kwargs"]["cache"] == {"size": "64MiB", "hold": "samples"}, rec
+    assert "applies" not in rec or '"hold": "samples"' in rec["applies"], rec  # the whole config
     held = {e["index"]: e["holds"] for e in rec["other_loaders"]["loaders"]}
     assert held == {0: "bytes", 1: "samples"}, rec["other_loaders"]
     config = (tmp_path / "html" / "recommendation.json").read_text()

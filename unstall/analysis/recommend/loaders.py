@@ -160,7 +160,8 @@ def serve_all(rec: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]
     size = math.ceil(size / SIZE_STEP) * SIZE_STEP
     cache = {"size": f"{int(size) >> 20}MiB", "hold": "samples"}
     summary["saved_s_per_epoch"] = saved
-    out = {**rec, "kwargs": {**rec["kwargs"], "cache": cache}, "changed": True}
+    out = {k: v for k, v in rec.items() if k != "why_unchanged"}  # it changes now
+    out.update(kwargs={**rec["kwargs"], "cache": cache}, changed=True)
     out["config"] = _label(rec.get("config", ""), cache)
     out["other_loaders"] = summary
     if rec.get("edit") and "instead" in rec:  # what --config applies of an edit-only option
