@@ -87,7 +87,7 @@ def side_by_side(
 
     import torch
 
-    from unstall.adapt.detection import Found, find_detection, planned_dataset, read_steps
+    from unstall.adapt.detection import Found, find_detection, planned_dataset
     from unstall.adapt.recognize import Refusal
 
     spec = importlib.util.spec_from_file_location("detection_ssd", SCRIPT)
@@ -102,8 +102,9 @@ def side_by_side(
             dataset = script.JpegBoxes(str(root), transforms=script.preset(preset, 300))
             found = find_detection(dataset)
             refused = found.reason if isinstance(found, Refusal) else None
-            if not isinstance(found, Found):  # left as it is by prep="lean": planned anyway
-                found = Found(dataset, "transforms", read_steps(dataset.transforms), "JpegBoxes")
+            if refused is not None:  # left as it is by prep="lean": planned anyway
+                found = find_detection(dataset, even_idle=True)
+            assert isinstance(found, Found), f"{preset}: no plannable pipeline ({found})"
             planned = planned_dataset(dataset, found)
             own = ours = 0.0
             means, worst, boxes_equal = [], 0.0, True

@@ -17,7 +17,7 @@ import os
 import random
 import statistics
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from unstall import machine
@@ -57,17 +57,25 @@ class MemoryFiles(LocalStore):
         pass
 
 
+@dataclass(frozen=True)
+class Bed:
+    """What every cell runs on: the files (in the page cache), the images and their labels,
+    the steps each run skips and times, and where progress is said."""
+
+    local: MemoryFiles
+    keys: list[str]
+    labels: list[int]
+    warmup: int
+    steps: int
+    say: Any
+
+
 def _workload(
-    store: Any,
-    keys: list[str],
-    labels: list[int],
-    workers: int,
-    prefetch: int | None = None,
-    rate: float = RATE,
+    store: Any, bed: Bed, workers: int, prefetch: int | None = None, rate: float = RATE
 ) -> Workload:
     from unstall.pipeline import ImagePipeline
 
-    dataset = FileDataset(store, keys, labels=labels, transform=ImagePipeline())
+    dataset = FileDataset(store, bed.keys, labels=bed.labels, transform=ImagePipeline())
     accel = SimulatedAccelerator(rate)
     extra = {"prefetch_factor": prefetch} if prefetch else {}
     return Workload(
@@ -129,11 +137,11 @@ def run(*, quick: bool, console: Any = None) -> BenchResult:
     for key in all_keys:  # into the page cache once
         local.get(key)
     all_labels = [int(k.split("/")[0].split("_")[-1]) for k in all_keys]
-    keys, labels = all_keys[:images], all_labels[:images]
+    bed = Bed(local, all_keys[:images], all_labels[:images], warmup, steps, say)
     stores = {THROUGHPUTS[0]: ThrottledStore(local, bytes_per_s=THROUGHPUTS[0])}
     rows: list[dict[str, Any]] = []
     try:
-        base = _workload(stores[THROUGHPUTS[0]], keys, labels, 2)
+        base = _workload(stores[THROUGHPUTS[0]], bed, 2)
         say("analysing the base configuration (2 workers, no cache, 3 MB/s)")
         a = analyze_workload(base, warmup=warmup, steps=steps)
         rates, base_config = a.rates, a.base_config
@@ -146,18 +154,15 @@ def run(*, quick: bool, console: Any = None) -> BenchResult:
                 for cache in (0.0, 0.5, 1.0):
                     config = replace(base_config, workers=workers, cache=cache, bandwidth=b)
                     with _link(local, b) as store:  # a fresh link per cell: nothing queued on it
-                        work = _workload(store, keys, labels, workers)
-                        rows.append(_cell(config, rates, work, warmup, steps, say))
+                        rows.append(_cell(config, rates, _workload(store, bed, workers), bed))
         # the prep-bound cells run fast: more steps (and images, for the burst) to time them
-        hard_steps = max(steps, HARD_STEPS)
-        rows += _hard_cells(
-            base_config, rates, all_keys, local, all_labels, warmup, hard_steps, say
-        )
-        rows += _s3_cells(rates, keys, local, labels, warmup, steps, say)
+        hard = replace(bed, keys=all_keys, labels=all_labels, steps=max(steps, HARD_STEPS))
+        rows += _hard_cells(base_config, rates, hard)
+        rows += _s3_cells(rates, bed)
         rec = recommend(
             rates,
             base_config,
-            len(keys),
+            len(bed.keys),
             a.runs["cold"].samples_per_s,
             cache_room_bytes=a.measurement.machine.cache_room_bytes,
         )
@@ -165,9 +170,7 @@ def run(*, quick: bool, console: Any = None) -> BenchResult:
         say(f"recommended: {rec['kwargs']} predicted {rec['predicted_samples_per_s']}/s")
         rec_config = replace(base_config, workers=w, cache=c)
         with _link(local, THROUGHPUTS[0]) as store:
-            applied = _cell(
-                rec_config, rates, _workload(store, keys, labels, w), warmup, steps, say
-            )
+            applied = _cell(rec_config, rates, _workload(store, bed, w), bed)
     finally:
         for store in stores.values():
             store.close()
@@ -198,7 +201,7 @@ def run(*, quick: bool, console: Any = None) -> BenchResult:
             "config": {
                 "rate": RATE,
                 "batch_size": BATCH,
-                "images": len(keys),
+                "images": len(bed.keys),
                 "hard_cells": {"images": len(all_keys), "steps": max(steps, HARD_STEPS)},
                 "steps": steps,
                 "throughputs": list(THROUGHPUTS),
@@ -211,11 +214,11 @@ def run(*, quick: bool, console: Any = None) -> BenchResult:
     )
 
 
-def _cell(config: Config, rates: Any, work: Workload, warmup: int, steps: int, say: Any) -> dict:
+def _cell(config: Config, rates: Any, work: Workload, bed: Bed) -> dict:
     predicted = predict(rates, config).samples_per_s
-    measured = _measure(work, config.cache, warmup, steps)
+    measured = _measure(work, config.cache, bed.warmup, bed.steps)
     error = abs(predicted - measured) / measured if measured else 1.0
-    say(
+    bed.say(
         f"  {config.label():45s} predicted {predicted:7.1f}/s measured {measured:7.1f}/s"
         f" ({error:.1%})"
     )
@@ -228,16 +231,7 @@ def _cell(config: Config, rates: Any, work: Workload, warmup: int, steps: int, s
     }
 
 
-def _hard_cells(
-    base: Config,
-    rates: Any,
-    keys: list[str],
-    local: MemoryFiles,
-    labels: list[int],
-    warmup: int,
-    steps: int,
-    say: Any,
-) -> list[dict]:
+def _hard_cells(base: Config, rates: Any, bed: Bed) -> list[dict]:
     """Cells the analyzer used to get wrong (issue 26), prep-bound: a model faster than the
     cores can prepare for (the analysed prep CPU per sample, the model's rate as the
     question), with more workers than cores (the cores, not the workers, bound
@@ -252,9 +246,9 @@ def _hard_cells(
         (f"burst of {2 * BURST_PREFETCH} batches", 2, BURST_PREFETCH),
     ):
         config = replace(base, workers=workers, cache=1.0, bandwidth=b)
-        with _link(local, b) as store:
-            work = _workload(store, keys, labels, workers, prefetch, rate=FAST_RATE)
-            row = _cell(config, fast, work, warmup, steps, say)
+        with _link(bed.local, b) as store:
+            work = _workload(store, bed, workers, prefetch, rate=FAST_RATE)
+            row = _cell(config, fast, work, bed)
         row["case"] = f"{case}, model {FAST_RATE:g}/s: {row['case']}"
         out.append(row)
     return out
@@ -268,15 +262,7 @@ FAST_RATE = 4000.0
 HARD_STEPS, HARD_IMAGES = 60, 1024
 
 
-def _s3_cells(
-    rates: Any,
-    keys: list[str],
-    local: MemoryFiles,
-    labels: list[int],
-    warmup: int,
-    steps: int,
-    say: Any,
-) -> list[dict]:
+def _s3_cells(rates: Any, bed: Bed) -> list[dict]:
     """Workers 1 and 2 against S3 with 50 ms latency and 2 requests in flight per worker."""
     from unstall.bench.s3_rig import BUCKET, ProxyProcess
     from unstall.stores.s3 import S3Store
@@ -285,17 +271,17 @@ def _s3_cells(
     out = []
     with SeaweedServer([BUCKET]) as server:
         up = S3Store(f"s3://{BUCKET}/train", **server.store_options())  # via its helper process
-        for i in range(0, len(keys), 128):
-            up.put_many([(k, local.get(k)) for k in keys[i : i + 128]])
+        for i in range(0, len(bed.keys), 128):
+            up.put_many([(k, bed.local.get(k)) for k in bed.keys[i : i + 128]])
         up.close()
         with ProxyProcess(server.endpoint, S3_LATENCY_S) as endpoint:
             opts = server.store_options(endpoint=endpoint)
             store = S3Store(f"s3://{BUCKET}/train", **opts, max_inflight=S3_INFLIGHT)
             try:
-                work = _workload(store, keys, labels, 1)
-                spare = step_indices(work, len(keys) // BATCH)[-2 * BATCH :]
+                work = _workload(store, bed, 1)
+                spare = step_indices(work, len(bed.keys) // BATCH)[-2 * BATCH :]
                 probe = probe_storage(work.dataset, spare, BATCH)
-                say(
+                bed.say(
                     f"  S3 probe: {probe.latency_s * 1e3:.1f} ms, {probe.inflight} in flight/worker"
                 )
                 s3_rates = replace(
@@ -306,8 +292,7 @@ def _s3_cells(
                 )
                 for workers in (1, 2):
                     config = Config(workers, BATCH, inflight=probe.inflight, prefetch=True)
-                    work = _workload(store, keys, labels, workers)
-                    row = _cell(config, s3_rates, work, warmup, steps, say)
+                    row = _cell(config, s3_rates, _workload(store, bed, workers), bed)
                     row["case"] = f"s3 {S3_LATENCY_S * 1e3:.0f}ms, {row['case']}"
                     out.append(row)
             finally:

@@ -40,8 +40,10 @@ class Found:
     name: str
 
 
-def find_detection(dataset: Any) -> Found | Refusal | None:
-    """The detection pipeline in ``dataset`` (see the module's docstring)."""
+def find_detection(dataset: Any, *, even_idle: bool = False) -> Found | Refusal | None:
+    """The detection pipeline in ``dataset`` (see the module's docstring). ``even_idle``:
+    a pipeline with nothing to fold is found anyway (``prep="lean"`` leaves it as it is;
+    `unstall bench detection` plans it to show what a plan would cost there)."""
     names: list[str] = []
     while isinstance(dataset, torch.utils.data.Subset):
         names.append("Subset")
@@ -56,7 +58,7 @@ def find_detection(dataset: Any) -> Found | Refusal | None:
     if isinstance(steps, Refusal):
         return steps
     idle = nothing_to_fold(steps)
-    if idle is not None:
+    if idle is not None and not even_idle:
         return idle
     name = "".join(f"{n}(" for n in names) + label + ")" * len(names)
     return Found(owner=dataset, attr=attr, steps=steps, name=name)

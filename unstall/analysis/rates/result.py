@@ -23,8 +23,12 @@ class Rates:
         sample_bytes: mean bytes fetched per sample.
         bandwidth: storage throughput B, all readers together [byte/s].
         latency_s: storage time per request L.
-        main_cpu_s: CPU seconds per sample of the loader's own work in the training loop
-            (unpacking, hand-off): one thread, so it caps the rate at ``1 / main_cpu_s``.
+        main_cpu_s: CPU seconds per sample of the loader's own work on the training loop's
+            thread: one thread, so it caps the rate at ``1 / main_cpu_s``. As the job ran it is
+            the receive (both derive paths set the two alike: the same seconds
+            priced twice over, as a serial cap here and as cores in `receive_cpu_s`); they
+            part where the thread's work changes (a remote pool's wire decode adds to this
+            cap, and the process's cores are then priced in one term: `recommend.remote`).
         cache_read_s: seconds to read one sample from the cache.
         proc_cpu_s: CPU seconds per sample of the training process besides the receive (the
             loop, the model's host work, pin-memory thread): it takes cores from the workers.

@@ -21,6 +21,11 @@ from unstall.analysis.rates.result import NO_IO_WAIT, Derived, Rates
 COMPUTE_BOUND = 0.10
 #: Cores used by other processes below this are noise, not another job.
 OTHER_CORES = 0.25
+#: The fewest cores the built-in workload is priced with where other jobs hold the rest.
+#: Higher than a script's (`LEAST_CORES`): the workload's runs are short, so one busy spell
+#: of a neighbour reads as most of the machine taken; at 0.1 a fetch-bound test job was
+#: named prep-bound at load 10.
+WORKLOAD_LEAST_CORES = 0.5
 
 
 def derive_workload(m: Measurement) -> Derived:
@@ -63,7 +68,7 @@ def derive_rates(m: Measurement) -> tuple[Rates, float]:
     # adds back wherever workers run (`Rates.receive_cpu_s`)
     proc_cpu = max(0.0, (cold.proc_cpu_s / cold.samples if cold.samples else 0.0) - main_cpu)
     others = cold.other_cores()  # cores other jobs took: the workers did not have them
-    cores = max(0.5, m.cores - (others if others >= OTHER_CORES else 0.0))
+    cores = max(WORKLOAD_LEAST_CORES, m.cores - (others if others >= OTHER_CORES else 0.0))
     if probe is not None:
         # storage as probed (one read, one batch read); the fetch-only run, which shares the
         # CPU with everything else on the machine, is its lower bound
