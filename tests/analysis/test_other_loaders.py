@@ -25,7 +25,13 @@ import numpy as np
 import pytest
 
 from tests.analysis.conftest import run_analyze
-from unstall.analysis.measure.script.loaders import later_pass, passes, typical_pass
+from tests.scripts import load_script
+from unstall.analysis.measure.script.loaders import (
+    later_pass,
+    loader_rows,
+    passes,
+    typical_pass,
+)
 from unstall.analysis.measure.steady import Handout
 from unstall.analysis.recommend.loaders import against_verified, price_loaders, serve_all
 
@@ -190,15 +196,35 @@ def test_the_validation_loader_is_priced_and_verified(tmp_path, root):
     assert "priced from pass 2" in page and "its samples (checked deterministic)" in page
 
 
-@pytest.mark.timed
-@pytest.mark.timeout(200)
-def test_a_validation_set_with_a_hidden_draw_gets_no_sample_cache(tmp_path, root):
-    command = [sys.executable, str(SCRIPT), str(root), *SCRIPT_ARGS, "--draw"]
-    report = run_analyze(tmp_path, OPTIONS, command)
-    _train, val = report["loaders"]
-    assert not val["sample_cache"]["applies"] and "priced" not in val, val
-    assert val["holds"]["check"] == "generator untouched", val["holds"]
-    assert "draws from random's global generator" in val["holds"]["why"], val["holds"]
-    rec = report["recommendation"]
-    assert not isinstance(rec["kwargs"].get("cache"), dict), rec
-    assert rec["other_loaders"]["why"].startswith("no other loader's pass"), rec
+def test_a_validation_set_with_a_hidden_draw_gets_no_sample_cache(root):
+    """The other loaders' rows as the agent builds them in the cold run (`loader_rows`, on
+    the script's own ``DrawingFolder``), priced and served: its check fails, with why."""
+    from types import SimpleNamespace
+
+    from torch.utils.data import DataLoader
+    from torchvision import datasets
+    from torchvision import transforms as T
+
+    script = load_script(SCRIPT, "valid_train")
+    val_tf = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), script.NORMALIZE])
+    train_tf = T.Compose([T.RandomResizedCrop(224), T.ToTensor(), script.NORMALIZE])
+    train_set = datasets.ImageFolder(str(root / "train"), train_tf)
+    val_set = script.DrawingFolder(str(root / "val"), val_tf)
+
+    def watch(index: int, dataset: object, t0: float) -> SimpleNamespace:
+        handed = [_h(t0 + 0.1 * (k + 1), 0.05, 8, 0) for k in range(len(dataset) // 8)]
+        loader = DataLoader(dataset, batch_size=8, num_workers=2)
+        return SimpleNamespace(index=index, loader=loader, handed=handed, segs=[0])
+
+    train, val = watch(0, train_set, 0.0), watch(1, val_set, 1.0)
+    rows = loader_rows([train, val], train, check=True, measured_facts=REFUSED)
+    facts = rows[1]["sample_cache"]
+    assert not facts["applies"] and facts["check"] == "generator untouched", facts
+    assert "draws from random's global generator" in facts["why"], facts
+    assert rows[1]["pass"]["samples"] == VAL and rows[1]["pass"]["batches"] == VAL // 8
+    rows = price_loaders(rows, REFUSED, None, 2.0)
+    assert "priced" not in rows[1] and rows[1]["holds"]["check"] == "generator untouched"
+    rec = {"kwargs": {"num_workers": 2}, "config": "workers=2,cache=0", "changed": False}
+    out = serve_all(rec, rows)
+    assert not isinstance(out["kwargs"].get("cache"), dict), out
+    assert out["other_loaders"]["why"].startswith("no other loader's pass"), out
