@@ -7,7 +7,14 @@ from dataclasses import replace
 import pytest
 
 from unstall.analysis.measure.machine import read_machine
-from unstall.analysis.model.predict import Config, hit_rate, loop_cap, predict, prep_capacity
+from unstall.analysis.model.predict import (
+    Config,
+    hit_rate,
+    in_order_share,
+    loop_cap,
+    predict,
+    prep_capacity,
+)
 from unstall.analysis.model.whatif import grid, parse_what_if
 from unstall.analysis.rates.result import Rates
 from unstall.analysis.recommend.search import recommend
@@ -98,3 +105,27 @@ def test_grid_and_recommendation():
     assert rec["predicted_samples_per_s"] > 200 and rec["predicted_speedup"] > 1
     assert rec["kwargs"]["num_workers"] >= 1
     assert rec["kwargs"].get("cache", 0) <= rec["limits"]["max_cache_fraction"]
+
+
+def test_in_order_delivery_idles_workers_by_the_spread_of_their_batches():
+    # steady batches lose nothing; one worker is never held by another's late batch
+    assert in_order_share(2, 2, 0.0, 0.3) == 1.0 and in_order_share(1, 2, 0.8, 0.3) == 1.0
+    kept = [in_order_share(2, 2, cv, 0.15) for cv in (0.1, 0.3, 0.62, 1.0)]
+    assert kept == sorted(kept, reverse=True) and kept[0] > 0.99
+    assert 0.95 < kept[1] < 0.99 and 0.85 < kept[2] < 0.93 and kept[3] < 0.87
+    # a deeper prefetch holds less; more workers, each a share of the order, hold more
+    assert in_order_share(2, 4, 0.62, 0.15) > kept[2] > in_order_share(4, 2, 0.62, 0.15)
+    # the model's price: the workers' caps scaled by it, the model's and storage's not
+    rates = replace(RATES, ingestion=20000.0, bandwidth=1e12, latency_s=0.0)
+    steady = predict(rates, Config(workers=2, batch_size=16))
+    spread = predict(replace(rates, batch_cv=0.62), Config(workers=2, batch_size=16))
+    step = (16 / 20000.0) / (16 * 0.004)  # the loop's step, in a worker's batch time
+    share = in_order_share(2, 2, 0.62, step)
+    assert spread.caps["prep"] == pytest.approx(steady.caps["prep"] * share)
+    assert spread.caps["workers"] == pytest.approx(steady.caps["workers"] * share)
+    assert spread.caps["compute"] == steady.caps["compute"]
+    assert spread.caps["fetch"] == steady.caps["fetch"]
+    deep = predict(
+        replace(rates, batch_cv=0.62), Config(workers=2, batch_size=16, prefetch_factor=8)
+    )
+    assert spread.samples_per_s < deep.samples_per_s < steady.samples_per_s

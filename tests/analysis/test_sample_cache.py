@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.analysis.conftest import run_analyze
-from unstall.analysis.model.predict import Config, predict
+from unstall.analysis.model.predict import Config, in_order_share, predict
 from unstall.analysis.rates.result import Rates
 from unstall.analysis.recommend.option import Job, choose
 from unstall.analysis.recommend.samples import sample_cache_row
@@ -71,7 +71,15 @@ def test_a_cached_sample_costs_its_read_and_collate_for_the_share_that_fits() ->
     entry = int(8192 * 1.25) + 4096  # the segment's bytes per entry
     half = sample_cache_row(job, FACTS, room=entry * 500)
     assert half.facts["share"] == 0.5
-    assert half.predicted == pytest.approx(2 / (0.5 * 0.0005 + 0.5 * 0.02), rel=1e-3)
+    # half the samples hit (0.2 ms), half are prepared (18 ms): batches of 8 vary by the mix,
+    # sqrt(8 x 0.25 x 19.8 ms^2) / (8 x 10.25 ms) = 0.337, and torch's in-order delivery
+    # idles the 2 workers by that (the loop's step is 0.4 ms of a worker's 82 ms batch)
+    cv = math.sqrt(8 * 0.25 * (0.02 - 0.0002) ** 2) / (8 * (0.5 * 0.0002 + 0.5 * 0.02 + 0.0003))
+    assert half.facts["batch_cv"] == pytest.approx(cv, abs=1e-3) and 0.33 < cv < 0.34
+    kept = in_order_share(2, 2, cv, 0.0004 / (8 * (0.5 * 0.0005 + 0.5 * 0.02)))
+    assert 0.95 < kept < 0.98
+    assert half.predicted == pytest.approx(kept * 2 / (0.5 * 0.0005 + 0.5 * 0.02), rel=1e-3)
+    assert full.facts["batch_cv"] == 0.0  # no read_cv measured: steady hits
     rec = {"kwargs": {"num_workers": 2}, "predicted_samples_per_s": 100.0}
     rec.update(measured_samples_per_s=95.0, predicted_current_samples_per_s=100.0)
     rec.update(config="workers=2,cache=0", changed=False)

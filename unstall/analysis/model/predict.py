@@ -12,6 +12,7 @@ without prefetching a worker fetches *then* prepares each batch, so
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -50,6 +51,8 @@ class Config:
             batch in one call; 1 for torch's one read per ``__getitem__``).
         prefetch: a worker fetches its next batch while it prepares this one.
         bandwidth, latency_s: storage, overriding the measured values when set.
+        prefetch_factor: batches torch keeps in flight per worker (its in-order delivery
+            holds a worker that far ahead of the batch the loop waits for: `in_order_share`).
     """
 
     workers: int
@@ -60,6 +63,7 @@ class Config:
     prefetch: bool = False
     bandwidth: float | None = None
     latency_s: float | None = None
+    prefetch_factor: int = 2
 
     def label(self) -> str:
         parts = [f"workers={self.workers}", f"cache={self.cache:g}"]
@@ -76,11 +80,13 @@ class Config:
         """The measured job's own configuration (``m``: a `Measurement`): its workers and
         batch size, and the requests in flight its storage probe saw."""
         inflight = m.probe.inflight if m.probe is not None else 1
+        cold = (getattr(m, "docs", None) or {}).get("cold") or {}
         return cls(
             workers=m.num_workers,
             batch_size=m.batch_size,
             inflight=inflight,
             prefetch=inflight > 1 and inflight != m.batch_size,
+            prefetch_factor=int(cold.get("prefetch_factor") or 2),
         )
 
 
@@ -129,6 +135,12 @@ def predict(rates: Rates, config: Config) -> Prediction:
     process = rates.process_cpu_s  # the process's own CPU and its receive of each batch
     if process > 0 and rates.cores > 0:  # cores shared by workers and the process
         caps["cores"] = rates.cores / (rates.prep_cpu_s + process)
+    if rates.batch_cv > 0 and w > 1:  # in-order delivery: a worker held by a late batch
+        step = b / min(caps["compute"], caps.get("main", math.inf))
+        kept = in_order_share(w, config.prefetch_factor, rates.batch_cv, step / per_worker)
+        for k in ("prep", "workers", "cores"):
+            if k in caps:
+                caps[k] *= kept
     if rates.loop_runq_s > 0 and 0 < rates.ingestion < math.inf:
         rest = min(v for k, v in caps.items() if k != "compute")
         for _ in range(4):  # the wait depends on the rate it caps: a few rounds settle it
@@ -184,3 +196,53 @@ def per_worker_rate(rates: Rates, base: Config) -> float:
         1, base.batch_size
     )
     return 1.0 / per_sample if per_sample > 0 else 0.0
+
+
+#: Batches the in-order simulation runs (`in_order_share`), and its fixed seed.
+IN_ORDER_BATCHES = 4000
+IN_ORDER_SEED = 58
+
+
+def in_order_share(workers: int, prefetch: int, cv: float, step: float) -> float:
+    """The share of the workers' own rate left under torch's in-order delivery, for batch
+    times of coefficient of variation ``cv`` and the loop's step per batch ``step`` (in a
+    worker's mean batch time).
+
+    torch hands batch k to worker ``k % workers`` and sends task ``k + workers * prefetch``
+    only when the loop has taken batch k: a worker that has finished its ``prefetch``
+    batches waits while another worker's earlier batch is late, and its core stands idle.
+    Steady batch times lose nothing; the more they vary, the more (``cv`` 0.3 keeps 97 %,
+    0.62 keeps 90 % at 2 workers x prefetch 2). Simulated exactly as torch schedules, over
+    `IN_ORDER_BATCHES` gamma-distributed batch times (a fixed seed: the same inputs give
+    the same price). It applies to every configuration with two workers or more, so it is
+    priced here, from ``rates.batch_cv`` where a measurement gives it (0: not priced).
+    Measured on the audio example's sample cache (2 workers, 2 cores, batches of 17-40 ms,
+    the machine loaded by others: load 5-11), the verification's timeline
+    (`unstall.analysis.rates.in_order`) showed batch-time ``cv`` 0.31/0.43/0.49/0.69 and the
+    workers waiting 2.4/9.9/8.6/6.3 % of their time on the in-order delivery; this prices
+    3.3/5.8/7.1/11.8 % at those ``cv``: right on average, not run by run.
+    """
+    return _in_order_share(
+        max(1, int(workers)), max(1, int(prefetch)), round(cv, 2), round(max(step, 0.0), 2)
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _in_order_share(workers: int, prefetch: int, cv: float, step: float) -> float:
+    n = IN_ORDER_BATCHES
+    if cv <= 0 or workers == 1:
+        return 1.0
+    shape = 1.0 / cv**2
+    times = np.random.default_rng(IN_ORDER_SEED).gamma(shape, 1.0 / shape, n)
+    ahead = workers * prefetch
+    free = [0.0] * workers  # when each worker is done with the tasks it holds
+    taken = [0.0] * n  # when the loop takes each batch
+    last = -step
+    for k in range(n):
+        sent = taken[k - ahead] if k >= ahead else 0.0
+        w = k % workers
+        free[w] = max(free[w], sent) + float(times[k])
+        last = taken[k] = max(free[w], last + step)
+    rate = n / taken[-1]
+    alone = min(workers / float(times.mean()), 1.0 / step if step > 0 else math.inf)
+    return min(1.0, rate / alone)

@@ -44,6 +44,9 @@ class Rates:
             same cores (on one core, 2-3 ms a step: 10-15 % of a 20 ms step).
         loop_runq_load: cores the workers kept busy then (their CPU per sample times the
             measured rate): the loop's wait is priced in proportion to it (`predict`).
+        batch_cv: coefficient of variation of a worker's time per batch, where measured (0:
+            steady batches): torch's in-order delivery idles the workers by it
+            (`unstall.analysis.model.predict.in_order_share`).
     """
 
     ingestion: float
@@ -58,6 +61,7 @@ class Rates:
     loop_runq_s: float = 0.0
     loop_runq_load: float = 0.0
     receive_cpu_s: float = 0.0
+    batch_cv: float = 0.0
 
     @property
     def process_cpu_s(self) -> float:

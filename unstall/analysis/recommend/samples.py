@@ -12,7 +12,9 @@ are the script's, so its batches are received alike; the synthetic run, which ha
 one batch again, never pays it). The price is the model's
 (`unstall.analysis.model.predict`) at the job's own workers with that CPU per sample, for
 the share of the samples the node's room holds (the rest prepared as now); from epoch 2
-on, the steady state the verification measures.
+on, the steady state the verification measures. Its batches' spread (`batch_cv`: the hits'
+own, timed with them, and the mix of hits and misses) prices what torch's in-order
+delivery idles the workers by (`unstall.analysis.model.predict.in_order_share`).
 """
 
 from __future__ import annotations
@@ -58,12 +60,14 @@ def sample_cache_row(job: Job, facts: dict[str, Any], room: float | None) -> Opt
     # its receive of each batch (the same batches: the cached samples are the script's)
     loop = facts.get("loop_s")
     proc = rates.proc_cpu_s if loop is None else share * loop + rest * rates.proc_cpu_s
+    spread = batch_cv(facts, share, rates.prep_cpu_s, job.base.batch_size)
     rates = replace(
         rates,
         prep_cpu_s=prep,
         proc_cpu_s=proc,
         latency_s=rates.latency_s * rest,
         sample_bytes=max(1.0, rates.sample_bytes * rest),
+        batch_cv=spread,
     )
     price = predict(rates, job.base)
     size = math.ceil(min(need, room or need) / SIZE_STEP) * SIZE_STEP
@@ -74,6 +78,7 @@ def sample_cache_row(job: Job, facts: dict[str, Any], room: float | None) -> Opt
         "cached": round(prep * 1e3, 3),
         "dataset": round(facts["prep_s"] * 1e3, 3),
         "read": round(facts["read_s"] * 1e3, 3),
+        "read_in_process": round(facts.get("read_s_in_process", facts["read_s"]) * 1e3, 3),
         "collate": round(facts.get("collate_s", 0.0) * 1e3, 3),
         "process": round((proc + rates.receive_cpu_s) * 1e3, 3),
         "receive": round(rates.receive_cpu_s * 1e3, 3),
@@ -88,4 +93,19 @@ def sample_cache_row(job: Job, facts: dict[str, Any], room: float | None) -> Opt
         worker_cpu_ms_per_sample=per,
         determinism=facts.get("how"),
         from_epoch=2,
+        batch_cv=round(spread, 3),
     )
+
+
+def batch_cv(facts: dict[str, Any], share: float, prep_s: float, batch_size: int) -> float:
+    """The coefficient of variation of a worker's time per batch under the cache: ``share``
+    of its samples hits (each of mean ``read_s`` and variation ``read_cv``, timed on the
+    job's samples), the rest prepared (``prep_s``), the batch's collate fixed. A batch sums
+    ``batch_size`` samples drawn independently: its variance is theirs times the count."""
+    hit, miss = facts["read_s"], prep_s
+    var_hit = (facts.get("read_cv", 0.0) * hit) ** 2
+    mean = share * hit + (1.0 - share) * miss
+    var = share * var_hit + share * (1.0 - share) * (miss - hit) ** 2
+    b = max(1, int(batch_size))
+    per_batch = b * mean + b * facts.get("collate_s", 0.0)
+    return math.sqrt(b * var) / per_batch if per_batch > 0 else 0.0

@@ -126,6 +126,11 @@ def verified_workers_text(v: dict[str, Any]) -> str:
         receive = w.get("receive_ms_per_sample")
         of = f" (receiving batches {receive:g} ms)" if receive else ""
         parts.append(f"training process {w['main_cpu_ms_per_sample']:g} ms{of}")
+    if "in_order_wait_share" in w:
+        parts.append(
+            f"batch times varying {w['batch_cv']:.0%}, the workers waiting "
+            f"{w['in_order_wait_share']:.1%} of their time on the in-order delivery"
+        )
     load = (v.get("at_verify_load") or {}).get("cores_left_when_measured")
     then = f" (priced with {load:g} cores left to the job)" if load is not None else ""
     parts.append(f"other jobs held {w.get('other_cores', 0.0):g} cores{then}")

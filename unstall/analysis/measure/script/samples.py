@@ -14,10 +14,13 @@ job's own samples, in the job's process:
   (`SampleCache.get`: the file's ``stat`` and version, the tier's lookup and copy, the
   decode) on the checked samples, held in a RAM segment of their own for the timing and
   removed after; each round reads more stored bytes than the CPU's caches hold
-  (`hit_seconds`), as a worker's hits do; thread CPU (the script's other threads run
-  meanwhile), the median of `ROUNDS` rounds (a round that other processes slowed does not
-  set the price). Timed on 3 samples left in the CPU's cache, a 320 KB clip's hit read
-  0.21-0.25 ms against the 0.47-0.53 ms a worker spent per sample;
+  (`hit_seconds`), as a worker's hits do, in a forked process that has not read the
+  segment yet, as a worker has not (`fresh_round`: the page faults of a fresh mapping);
+  thread CPU, the median of `ROUNDS` processes (one that other processes slowed does not
+  set the price); and how much one hit's wall time varies (``read_cv``: the spread of the
+  batch times that torch's in-order delivery idles the workers by). Timed on 3 samples left
+  in the CPU's cache, a 320 KB clip's hit read 0.21-0.25 ms against the 0.47-0.53 ms a
+  worker spent per sample;
 - what a worker still does per sample besides ``dataset[i]``: a batch of `COLLATED`
   decoded samples collated into a slot as the loader's hand-off does (`collate_into`,
   `pack`: the batch's one copy), timed the same way.
@@ -28,8 +31,12 @@ epoch leaves it, so the verified rate is the steady state the option was priced 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import multiprocessing
 import os
+import select
+import signal
 import statistics
 import time
 import uuid
@@ -65,8 +72,8 @@ FILL_MAX_S = 150.0
 
 
 def sample_cache_facts(dataset: Any) -> dict[str, Any]:
-    """``{"applies": True, "samples", "bytes_per_sample", "read_s", "collate_s", "prep_s",
-    "how"}`` or ``{"applies": False, "check", "why"}`` for ``dataset`` (module notes)."""
+    """``{"applies": True, "samples", "bytes_per_sample", "read_s", "read_cv", "collate_s",
+    "prep_s", "how"}`` or ``{"applies": False, "check", "why"}`` for ``dataset`` (module notes)."""
     name = type(dataset).__name__
     if dataset is None or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         return {"applies": False, "check": "map-style", "why": f"{name} is not map-style"}
@@ -94,7 +101,7 @@ def sample_cache_facts(dataset: Any) -> dict[str, Any]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in a loader worker
     try:
-        read_s, how = hit_seconds(paths, where, encoded, verdict)
+        read_s, how, hit_cv, here_s = hit_seconds(paths, where, encoded, verdict)
         collate_s = collate_seconds(list(encoded.values()))
     finally:
         torch.set_num_threads(threads)
@@ -104,6 +111,8 @@ def sample_cache_facts(dataset: Any) -> dict[str, Any]:
         "bytes_per_sample": int(mean_bytes),
         "read_s": round(read_s, 7),
         "read_timed": how,
+        "read_cv": round(hit_cv, 4),
+        "read_s_in_process": round(here_s, 7),
         "collate_s": round(collate_s, 7),
         "prep_s": round(statistics.median(prep), 6),  # the first call may import, warm up
         "how": verdict.how,
@@ -112,11 +121,14 @@ def sample_cache_facts(dataset: Any) -> dict[str, Any]:
 
 def hit_seconds(
     paths: list[str], where: str, encoded: dict[int, bytes], verdict: Verdict
-) -> tuple[float, str]:
-    """Thread CPU seconds per sample-cache hit of the ``encoded`` samples (index: bytes), and
-    how it was timed: ``"hit"`` (`SampleCache.get` from a RAM segment of their own, made
-    and removed here) or, where no segment could be made (no shared memory), ``"decode"``
-    (their stored bytes decoded: the lookup and copy left out).
+) -> tuple[float, str, float, float]:
+    """Thread CPU seconds per sample-cache hit of the ``encoded`` samples (index: bytes), how
+    it was timed: ``"hit"`` (`SampleCache.get` from a RAM segment of their own, made and
+    removed here, in forked processes: `fresh_round`) or, where no segment could be made
+    (no shared memory), ``"decode"`` (their stored bytes decoded: the lookup and copy left
+    out); the coefficient of variation of one hit's wall time (0.0 where not timed); and
+    the same hits timed in this process, whose page tables hold the segment already (what
+    the price was before the forks, shown beside it: the fresh mapping's share).
 
     The segment holds the checked samples again and again under the first `spread` indices
     (each under its own file's version), so a round of hits reads more bytes than the
@@ -142,11 +154,18 @@ def hit_seconds(
             fingerprint="price",
             verdict=verdict,
         )
-        per_round = _median_round(lambda: [held.get(i, _not_held) for i in range(n)])
-        return per_round / n, "hit"
+        warm = min(COLLATED, n - 1)  # a worker's first batch: its one-offs apart
+        timed = n - warm
+
+        def get(i: int) -> Any:
+            return held.get(i, _not_held)
+
+        per_round, cv = fresh_round(get, range(warm), range(warm, n))
+        here = _median_round(lambda: batched(get, range(warm, n)))
+        return per_round / timed, "hit", cv, here / timed
     except (OSError, _NotHeld):
         per_round = _median_round(lambda: [codec.decode(d) for d in data])
-        return per_round / len(data), "decode"
+        return per_round / len(data), "decode", 0.0, per_round / len(data)
     finally:
         cache.close()
 
@@ -172,6 +191,99 @@ def collate_seconds(encoded: list[bytes]) -> float:
     batch = [codec.decode(encoded[k % len(encoded)]) for k in range(COLLATED)]
     base = torch.zeros(COLLATED * max(map(len, encoded)) * 2 + (1 << 20), dtype=torch.uint8)
     return _median_round(lambda: pack(collate_into(batch, Arena(base)))) / COLLATED
+
+
+def fresh_round(each: Callable[[int], Any], warm: range, items: range) -> tuple[float, float]:
+    """Thread CPU seconds of ``each(i)`` for every ``i`` of ``items`` (`batched`), the median
+    of `ROUNDS` forked processes, each after the same over ``warm`` (untimed: what a worker
+    pays once, not per sample); and the coefficient of variation of one call's wall time
+    over all of them. In this process (and 0.0 for the variation) where none can be forked
+    or one does not answer.
+
+    A loader worker maps the segment afresh and reads each sample once an epoch: every hit
+    faults the entry's pages into the worker's page tables. A fork has the segment mapped
+    but not its page tables (Linux copies none for shared memory), so its first pass pays
+    those faults as a worker does; rounds in this one process, whose tables the writes
+    filled, do not. Measured on the audio example's 320 KB clips (load 5.6): 0.43-0.48 ms a
+    hit in this process, 0.50 ms in a fork's first pass, 12 more page faults a hit (0.43-0.45
+    ms in its second pass)."""
+    times: list[float] = []
+    walls: list[float] = []
+    for _ in range(ROUNDS):
+        took = _in_fork(each, warm, items)
+        if took is None:
+            return _median_round(lambda: batched(each, items)), 0.0
+        times.append(took[0])
+        walls.extend(took[1])
+    mean = statistics.fmean(walls)
+    return statistics.median(times), statistics.pstdev(walls) / mean if mean > 0 else 0.0
+
+
+#: Seconds a forked timing may take before it is stopped (and timed in this process).
+FORK_WAIT_S = 10.0
+
+
+def _in_fork(
+    each: Callable[[int], Any], warm: range, items: range
+) -> tuple[float, list[float]] | None:
+    """Thread CPU seconds of ``each`` over ``items`` after ``warm`` in a forked process, and
+    each call's wall seconds; None where it cannot be timed so."""
+    if not hasattr(os, "fork"):
+        return None
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(write)
+        return None
+    if pid == 0:  # the child: time, answer, leave without running the parent's exit hooks
+        code = 1
+        try:
+            os.close(read)
+            batched(each, warm)
+            t0 = time.thread_time()
+            walls = batched(each, items)
+            took = time.thread_time() - t0
+            os.write(write, json.dumps([took, walls]).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    answer = b""
+    try:
+        end = time.monotonic() + FORK_WAIT_S
+        while (left := end - time.monotonic()) > 0 and select.select([read], [], [], left)[0]:
+            chunk = os.read(read, 1 << 16)
+            if not chunk:
+                break
+            answer += chunk
+    finally:
+        os.close(read)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # gone already when it answered
+        os.waitpid(pid, 0)
+    try:
+        took, walls = json.loads(answer)
+    except ValueError:  # no answer, or a partial one
+        return None
+    return float(took), [float(x) for x in walls]
+
+
+def batched(each: Callable[[int], Any], items: range) -> list[float]:
+    """``each(i)`` over ``items``, every result held until the last (each hit writes into
+    memory of its own, never a buffer the one before freed); each call's wall seconds.
+
+    What is held matters. A worker's hits land in fresh memory: it spent 0.50-0.53 ms a
+    320 KB clip (with the batch's collate) where hits held all round timed 0.50-0.56 ms and
+    hits dropped at once, each reusing the buffer the one before freed, warm in the CPU's
+    caches, 0.37-0.40 ms (the audio example, three runs at load 6-11)."""
+    walls, held = [], []
+    for i in items:
+        w0 = time.perf_counter()
+        held.append(each(i))
+        walls.append(time.perf_counter() - w0)
+    return walls
 
 
 def _median_round(work: Callable[[], Any]) -> float:

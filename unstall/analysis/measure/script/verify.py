@@ -99,9 +99,11 @@ def _rate_under(command: Sequence[str], window: dict[str, Any], kwargs: Any) -> 
 
 def worker_figures(doc: dict[str, Any]) -> dict[str, Any]:
     """What the run's workers spent per sample (ms: CPU, waiting for a core), the training
-    process's CPU per sample (all of it, and its receive of the batches) and the cores other
-    processes kept busy meanwhile: beside a price, they say whether a gap is the cost per
-    sample or the machine's load."""
+    process's CPU per sample (all of it, and its receive of the batches), the cores other
+    processes kept busy meanwhile, and the spread of the workers' batch times with the share
+    of their time torch's in-order delivery held them (`in_order_figures`): beside a price,
+    they say whether a gap is the cost per sample, the delivery or the machine's load."""
+    from unstall.analysis.rates.in_order import in_order_figures
     from unstall.analysis.rates.script import figures
 
     f = figures(doc)
@@ -111,6 +113,7 @@ def worker_figures(doc: dict[str, Any]) -> dict[str, Any]:
         out["core_wait_ms_per_sample"] = round((f.worker_runq_s or 0.0) * 1e3, 3)
     out["main_cpu_ms_per_sample"] = round(f.proc_cpu_s * 1e3, 3)
     out["receive_ms_per_sample"] = round(f.receive_cpu_s * 1e3, 3)  # included in main's
+    out.update(in_order_figures(doc) or {})  # the batches' spread, the in-order wait
     return out
 
 
