@@ -228,9 +228,10 @@ def row(o: Option, chosen: str | None = None) -> dict[str, Any]:
     if o.remedy == "samples" and o.predicted is not None:
         out["from_epoch"] = facts.pop("from_epoch")
         out["priced"] = (
-            "from the second epoch (the first prepares and stores every sample): the read "
-            "cost per sample measured by decoding the job's own samples as stored, plus "
-            "a fixed tier read cost"
+            "from the second epoch (the first prepares and stores every sample): a cached "
+            "sample's read and collate timed on the job's own samples as a worker meets "
+            "them (forked processes, the segment's pages fresh), the training process's "
+            "loop and receive, and torch's in-order delivery at the batch times' spread"
         )
     for k in ("adapt", "kind", "jobs", "why", "cap", "reason", "window_s", "lost_s", "start"):
         facts.pop(k, None)
