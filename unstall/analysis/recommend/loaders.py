@@ -39,7 +39,6 @@ import math
 from typing import Any
 
 from unstall.analysis.recommend.samples import SIZE_STEP
-from unstall.cache.capacity import parse_capacity
 from unstall.cache.points.samples import entry_bytes
 
 #: A loader's pass must be priced this much shorter for the recommendation to cache it.
@@ -155,8 +154,8 @@ def serve_all(rec: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]
         summary["saved_s_per_epoch_unapplied"] = saved
         return {**rec, "other_loaders": summary}
     size = max(r["priced"]["need_bytes"] * r["priced"]["share"] for r in pays)
-    if held:
-        size = max(size, float(parse_capacity(current["size"])))
+    if held:  # the recommendation's own sample cache: `sample_cache_row` sizes it in MiB
+        size = max(size, float(int(str(current["size"]).removesuffix("MiB")) << 20))
     size = math.ceil(size / SIZE_STEP) * SIZE_STEP
     cache = {"size": f"{int(size) >> 20}MiB", "hold": "samples"}
     summary["saved_s_per_epoch"] = saved
