@@ -130,6 +130,7 @@ def analyze_script(
     """
     from unstall.analysis.measure.script.verify import verify_recommendation
     from unstall.analysis.progress import progress_bar
+    from unstall.analysis.recommend.loaders import against_verified
     from unstall.analysis.recommend.option import applied
 
     window = window_of(
@@ -160,6 +161,8 @@ def analyze_script(
             rec = applied(advice.recommendation)  # an edit of the script is not run here
             verified = verify_recommendation(command, rec, before, window)
             verified.update(priced_at_verify_load(a, advice, verified))
+            if verified.get("loaders") is not None or rec.get("other_loaders"):
+                verified["loaders"] = against_verified(rec, verified.get("loaders"))
             bar.update(task, advance=1)
     report = build_report(advice, html_dir=html_dir, verified=verified)
     if html_dir is not None:

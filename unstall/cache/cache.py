@@ -56,8 +56,8 @@ class Cache:
             augmentations stay fresh), ``"samples"`` (what ``dataset[i]`` returns, for a
             deterministic preparation: `unstall.cache.points.samples`), ``"decoded"``
             (a recognized image dataset's decoded, deterministically resized images)
-            or ``"auto"`` (the best of these per sample under the one budget:
-            `unstall.cache.points`).
+            or ``"auto"`` (the best of these per sample under the RAM size and the disk
+            size: `unstall.cache.points`).
         deterministic: for ``hold`` other than bytes: None (default) checks that the
             preparation is deterministic on the job's own samples; True declares it (no
             check); False never caches prepared samples.

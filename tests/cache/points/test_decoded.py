@@ -17,7 +17,7 @@ from torchvision import transforms as T
 
 import unstall
 from unstall.cache.points.decoded import split_folder
-from unstall.cache.points.placement import plan
+from unstall.cache.points.planning import plan
 
 N = 32
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -118,15 +118,19 @@ def test_a_training_and_an_evaluation_job_with_the_same_prefix_share(tmp_path):
             assert figures(val)["name"] != figures(first)["name"]  # another prefix
 
 
+#: Measured costs of a plan's test: 90 files of 100 kB decoding to 500 kB in 4 ms.
+COSTS = {
+    "read_s": 0.0002,
+    "prefix_s": 0.004,
+    "file_bytes": 100_000.0,
+    "decoded_bytes": 500_000.0,
+    "decoded_spread": 0.0,
+}
+
+
 def test_the_plan_never_saves_less_than_the_byte_cache_and_mixes():
     files = np.full(90, 100_000.0)
-    costs = {
-        "read_s": 0.0002,
-        "prefix_s": 0.004,
-        "file_bytes": 100_000.0,
-        "decoded_bytes": 500_000.0,
-        "decoded_spread": 0.0,
-    }
+    costs = COSTS
     decoded_set = 90 * 500_256
     for budget in (50_000, 2_000_000, decoded_set // 3, decoded_set):
         p = plan(files, costs, budget)

@@ -9,6 +9,7 @@ from typing import Any
 from unstall import machine
 from unstall.analysis.model.stage import Analysis
 from unstall.analysis.recommend.auto import auto_row
+from unstall.analysis.recommend.loaders import price_loaders, serve_all
 from unstall.analysis.recommend.option import Job, Option, choose, option
 from unstall.analysis.recommend.remedies import Seen, remedies
 from unstall.analysis.recommend.search import file_cache_advice, recommend
@@ -24,11 +25,14 @@ class Advice:
             the best priced option that pays (`option.choose`).
         remedies: every option priced beside the loader setting (the ``auto`` row always),
             each priced or said unpriced.
+        loaders: the script's loaders, each other loader's pass priced under the sample
+            cache (`unstall.analysis.recommend.loaders`); empty for one loader.
     """
 
     analysis: Analysis
     recommendation: dict[str, Any]
     remedies: list[Option] = field(default_factory=list)
+    loaders: list[dict[str, Any]] = field(default_factory=list)
 
 
 def advise(a: Analysis) -> Advice:
@@ -73,7 +77,9 @@ def advise(a: Analysis) -> Advice:
         oversubscription=over or None,
     )
     options.append(unpriced_if_short(auto, m.runs["cold"].wall_s))
-    return Advice(a, choose(rec, options), options)
+    rows = m.extra.get("loaders") or []
+    loaders = price_loaders(rows, seen.samples, seen.room, d.rates.cores) if len(rows) > 1 else []
+    return Advice(a, serve_all(choose(rec, options), loaders), options, loaders)
 
 
 def unpriced_if_short(auto: Option, window_s: float) -> Option:

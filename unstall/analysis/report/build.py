@@ -3,6 +3,7 @@ again (the terminal and HTML outputs show this dict: `terminal`, `html`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from typing import Any
@@ -114,6 +115,8 @@ def build_report(
     }
     extra = {**m.extra, **d.extra}
     out.update((k, extra[k]) for k in SCRIPT_KEYS if k in extra)
+    if advice.loaders:  # each other loader's pass priced, and what the config holds for it
+        out["loaders"] = advice.loaders
     if a.question is not None:
         out["question"] = a.question
     if html_dir is not None:
@@ -135,6 +138,10 @@ def recommendation(advice: Advice) -> dict[str, Any]:
     chosen = next((o for o in advice.remedies if o.remedy == rec.get("remedy")), None)
     if chosen is not None:
         rec.update(what=words.what(chosen), applies=words.applies(chosen))
+        if chosen.config is not None and "saved_s_per_epoch" in (rec.get("other_loaders") or {}):
+            # the config serves the other loaders too: what the file holds is the whole of it
+            mine = json.dumps(dict(chosen.config))
+            rec["applies"] = rec["applies"].replace(mine, json.dumps({"kwargs": rec["kwargs"]}))
     sentence = words.not_chosen(rec)
     if sentence:
         rec["why_not_others"] = sentence

@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from unstall.analysis.report.loaders import COLUMNS, cells, saved_line, verified_lines
 from unstall.analysis.report.pages import remedies_html
 from unstall.analysis.report.terminal import auto_text, remote_text, verified_workers_text
 from unstall.analysis.report.timeline import LOOP, lane_order, lanes, write_trace
@@ -260,15 +261,15 @@ def _loaders(report: dict[str, Any]) -> str:
     if len(rows) < 2:
         return ""
     e = html.escape
+    head = "".join(f"<th>{e(c)}</th>" for c in COLUMNS)
     body = "".join(
-        f"<tr><td>{r['index']}</td><td>{e(r['dataset'])}</td><td>{r['batches']}</td>"
-        f"<td>{r['samples']}</td><td>{'measured' if r['measured'] else ''}</td></tr>"
+        f"<tr data-loader='{r['index']}'>" + "".join(f"<td>{e(c)}</td>" for c in cells(r)) + "</tr>"
         for r in rows
     )
-    return (
-        "<h2>Loaders of the script</h2><table><tr><th>#</th><th>dataset</th><th>batches</th>"
-        f"<th>samples</th><th></th></tr>{body}</table>"
-    )
+    saved = saved_line(report["recommendation"]).strip()
+    verified = verified_lines(report.get("verified") or {})
+    more = "".join(f"<p>{e(line.strip())}</p>" for line in ([saved] if saved else []) + verified)
+    return f"<h2>Loaders of the script</h2><table><tr>{head}</tr>{body}</table>{more}"
 
 
 def _page(report: dict[str, Any]) -> str:

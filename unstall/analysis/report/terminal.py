@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from unstall.analysis.measure.probe import UNLIMITED
+from unstall.analysis.report.loaders import COLUMNS, cells, saved_line, verified_lines
 from unstall.analysis.report.pages import remedies_line
 from unstall.analysis.report.words import kwargs_text, recommendation_lines
 
@@ -70,6 +71,8 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
             )
     if len(report.get("loaders") or []) > 1:
         console.print(_loaders_table(report["loaders"]))
+        if saved_line(report["recommendation"]):
+            console.print(escape(saved_line(report["recommendation"])))
     v = report.get("verified")
     if v and v.get("autotune"):
         t = v["autotune"]
@@ -91,6 +94,8 @@ def print_summary(report: dict[str, Any], console: Any = None) -> None:
         )
         if v.get("workers"):
             console.print(escape(f"  {verified_workers_text(v)}"))
+        for line in verified_lines(v):
+            console.print(escape(line))
     if "question" in report:
         q = report["question"]
         console.print(
@@ -151,22 +156,15 @@ def _rate(value: float | None, why: str | None) -> str:
 
 
 def _loaders_table(rows: list[dict[str, Any]]) -> Any:
-    """Every loader the script made: the measured one carries the training loop."""
+    """Every loader the script made: the measured one carries the training loop; each other
+    one's pass, its price under the sample cache and what the config holds for it."""
     from rich.table import Table
 
     table = Table(title="loaders of the script (cold run)")
-    for col in ("#", "dataset", "batches", "samples", "waited", ""):
+    for col in COLUMNS:
         table.add_column(col)
     for r in rows:
-        share = r.get("wait_share")
-        table.add_row(
-            str(r["index"]),
-            r["dataset"],
-            str(r["batches"]),
-            str(r["samples"]),
-            f"{share:.0%}" if share is not None else "-",
-            "measured: carries the training loop" if r["measured"] else "",
-        )
+        table.add_row(*cells(r))
     return table
 
 

@@ -2,6 +2,8 @@
 
 - `samples`: the whole prepared sample (``Cache(hold="samples")``), for a deterministic
   preparation; `bind_points` is what a loader binds (`unstall.loader.cache_binding`).
+- `decoded`, `placement`, `planning`: a recognized image folder's decoded images
+  (``hold="decoded"``), and mixed placement over the RAM and disk tiers (``"auto"``);
 - `determinism`: recognized ops' randomness, and the check on the job's own samples;
 - `fingerprint`: the preparation's fingerprint that names the entries;
 - `codec`: a sample as compact, exact bytes.

@@ -3,8 +3,9 @@
 ``hold="samples"`` binds the whole-sample cache (`unstall.cache.points.samples`).
 ``hold="decoded"`` and ``"auto"`` bind the decoded point of a recognized torchvision image
 folder (`unstall.cache.points.placement`); another dataset gets the whole-sample cache
-if its preparation is deterministic. A dataset none can take (no file per sample, or a
-preparation not shown deterministic) gets the byte cache instead, as ``hold="bytes"``
+if its preparation is deterministic (one of unstall's own keyed datasets too, versioned
+by its store). A dataset none can take (no file per sample, a store with no item versions,
+or a preparation not shown deterministic) gets the byte cache instead, as ``hold="bytes"``
 would bind it, with one line naming the check that failed; its
 ``loader.stats()["cache"]`` carries the same.
 """

@@ -127,8 +127,21 @@ class DecodedCache(SampleCache):
         #: The byte cache of the other samples' files (``hold="auto"``), served by the open
         #: hook in the workers (`unstall.loader.file_hook`).
         self.files: Any = None
-        #: The placement planned (``hold="auto"``: `unstall.cache.points.placement.Plan`).
+        #: The placement planned (``hold="auto"``: `unstall.cache.points.planning.Plan`).
         self.plan: Any = None
+        #: The tier each decoded entry goes to, a byte per sample (its position in the
+        #: segment's tiers: 0 RAM, 1 disk); None: the first that takes it.
+        self.tier_of: bytes | None = None
+
+    def put(self, index: int, data: bytes, version: Any, asked: int) -> list:
+        """``data`` to the tier planned for it (another tier never takes it)."""
+        if self.tier_of is None:
+            return super().put(index, data, version, asked)
+        out = [(0, 0)] * asked
+        at = self.tier_of[index]
+        if at < asked:
+            out[at] = self.layer.tiers[at].put_many([(index, data)], version, self.layer.bound_ns)
+        return out
 
     def serve(self, dataset: Any) -> DecodedFolder:
         return DecodedFolder(dataset, self)
@@ -142,15 +155,17 @@ class DecodedCache(SampleCache):
                 holds="auto",
                 decoded_samples=int(self.plan.decoded.sum()),
                 bytes_samples=int(self.plan.as_bytes.sum()),
+                decoded_on_disk=int((self.plan.decoded & self.plan.on_disk).sum()),
+                bytes_on_disk=int((self.plan.as_bytes & self.plan.on_disk).sum()),
                 planned_saved_s=round(self.plan.saved_s, 4),
                 bytes_only_saved_s=round(self.plan.bytes_only_saved_s, 4),
+                ram_only_saved_s=round(self.plan.ram_only_saved_s, 4),
                 costs=self.plan.costs,
             )
         if self.files is not None:
             files = self.files.stats()["cache"]
-            cache["bytes"] = {
-                k: files.get(k) for k in ("name", "hits", "misses", "inserted_bytes", "files")
-            }
+            keys = ("name", "hits", "misses", "inserted_bytes", "files", "ram_hits", "disk_hits")
+            cache["bytes"] = {k: files[k] for k in keys if k in files}
         return out
 
     def close(self) -> bool:

@@ -30,6 +30,7 @@ import re
 import sys
 import types
 import weakref
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,12 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _SKIP_CLASSES = ("builtins.object", "typing.Generic", "torch.utils.data.dataset.Dataset")
 
 
-def preparation_fingerprint(dataset: Any, *extra: str) -> str:
-    """A hex digest of ``dataset``'s preparation (module notes) and of ``extra`` strings."""
+def preparation_fingerprint(dataset: Any, *extra: str, ignore: Collection[str] = ()) -> str:
+    """A hex digest of ``dataset``'s preparation (module notes) and of ``extra`` strings;
+    the attributes named in ``ignore`` are left out (state that ``extra`` stands for)."""
     digest = hashlib.blake2b(digest_size=16)
     seen: set[int] = set()
-    for part in (_unstall_part(), *extra, *_describe_dataset(dataset, seen)):
+    for part in (_unstall_part(), *extra, *_describe_dataset(dataset, seen, ignore)):
         digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
     return digest.hexdigest()
 
@@ -79,11 +81,11 @@ def _file_digest(path: Path) -> str:
         return "?"
 
 
-def _describe_dataset(dataset: Any, seen: set[int]) -> list[str]:
+def _describe_dataset(dataset: Any, seen: set[int], ignore: Collection[str] = ()) -> list[str]:
     cls = type(dataset)
     out = [_class_part(cls, seen)]
     attrs = getattr(dataset, "__dict__", {})
-    for name in sorted(attrs):
+    for name in sorted(set(attrs) - set(ignore)):
         out.append(f"{name}=" + "".join(_parts(attrs[name], _DEPTH, seen)))
     return out
 

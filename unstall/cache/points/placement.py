@@ -1,36 +1,30 @@
 """Binding the decoded point (``hold="decoded"``) and mixed placement (``hold="auto"``).
 
 ``hold="decoded"`` caches a recognized folder's prefix output for every sample the budget
-holds (first come, kept: the cache's usual rule). ``hold="auto"`` plans, per sample,
-whether it is held decoded, as its file's bytes, or not at all, under the one budget,
-by the CPU seconds saved per byte (`plan`), measured on the job's own samples:
-
-- a decoded entry saves reading the file and running the prefix (decode, resize...), and
-  costs the prefix output's bytes (an image's pixels, about 5x its JPEG);
-- a byte entry saves reading the file and costs its size.
-
-Per-sample sizes are the files' (``stat``) and, for the decoded entries, the file's size
-times the measured ratio of decoded to file bytes (the measured size when the prefix
-gives one size, as ``CenterCrop`` does). The plan tries every share of decoded samples
-(the smallest first: the most samples per byte) on a grid, the rest of the budget going to
-the other samples' bytes, and takes the one saving the most; with no room for a decoded
-entry that pays, it is the byte cache itself, so a mixed cache never does worse than a
-byte cache of the same size by its own measure. Only a RAM tier is used.
+holds (first come, kept: the cache's usual rule), in the cache's own RAM and disk tiers.
+``hold="auto"`` plans, per sample, whether it is held decoded, as its file's bytes, or not
+at all, and in which tier, under the cache's RAM size and disk size (``Cache(size,
+disk=...)``), by the CPU seconds saved per byte measured on the job's own samples
+(`unstall.cache.points.planning`). Each part gets tiers sized for what the plan puts
+there: the decoded entries a segment whose RAM and disk tiers hold the samples planned
+for each (a decoded entry goes to the tier planned for it, never the other), the byte
+entries a file cache of the other samples' files, RAM then disk. Both are named, kept
+and cleaned up by the cache's usual rules: the RAM segments leave with their last user
+(after ``keep``), the disk tiers' files stay for the next job.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from unstall.cache.disk_files import auto_disk_bytes, tier_dir
 from unstall.cache.files import FileCache, FileListing
-from unstall.cache.points import codec
 from unstall.cache.points.decoded import DecodedCache, PrefixOf, Split, loader_verdict
 from unstall.cache.points.fingerprint import preparation_fingerprint
+from unstall.cache.points.planning import MEASURED, measure, plan
 from unstall.cache.points.samples import (
     Refused,
     announce,
@@ -39,91 +33,9 @@ from unstall.cache.points.samples import (
     refusal,
 )
 
-#: Samples timed to measure the costs (spread over the dataset).
-MEASURED = 8
-#: Shares of decoded samples the plan tries.
-GRID = 64
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Which samples are decoded, which held as bytes, and what each part is given."""
-
-    decoded: np.ndarray  # bool per sample
-    as_bytes: np.ndarray  # bool per sample
-    decoded_bytes: int
-    file_bytes: int
-    saved_s: float  # CPU seconds saved per epoch, by the measurement
-    bytes_only_saved_s: float  # the same for a byte cache of the same size
-    costs: dict[str, float]
-
-
-def measure(split: Split, picks: list[int]) -> dict[str, float]:
-    """Median CPU seconds to read a file and to run the prefix, and mean bytes of both."""
-    read_s, head_s, file_b, head_b = [], [], [], []
-    for i in picks:
-        path = split.paths[i]
-        t0 = time.thread_time()  # CPU seconds: what the cache saves the workers' cores
-        raw = _read(path)  # not through an open hook: the file itself
-        t1 = time.thread_time()
-        image = split.head(path)
-        t2 = time.thread_time()
-        read_s.append(t1 - t0)
-        head_s.append(t2 - t1)
-        file_b.append(len(raw))
-        head_b.append(len(codec.encode(image)))
-    return {
-        "read_s": float(np.median(read_s)),
-        "prefix_s": float(np.median(head_s)),
-        "file_bytes": float(np.mean(file_b)),
-        "decoded_bytes": float(np.mean(head_b)),
-        "decoded_spread": float(np.std(head_b) / max(np.mean(head_b), 1.0)),
-    }
-
-
-def plan(file_sizes: np.ndarray, costs: dict[str, float], budget: int) -> Plan:
-    """The placement saving the most CPU per epoch under ``budget`` bytes (module notes)."""
-    n = len(file_sizes)
-    if costs["decoded_spread"] < 0.05:  # one size (a crop): every entry is that size
-        decoded = np.full(n, costs["decoded_bytes"])
-    else:
-        decoded = file_sizes * (costs["decoded_bytes"] / max(costs["file_bytes"], 1.0))
-    decoded = decoded + 256  # the entry's header
-    mean_file = max(float(file_sizes.mean()), 1.0)
-    gain_d = (costs["read_s"] + costs["prefix_s"]) * decoded / float(decoded.mean())
-    gain_b = costs["read_s"] * file_sizes / mean_file
-    order = np.argsort(decoded, kind="stable")
-    cum_d = np.concatenate([[0.0], np.cumsum(decoded[order])])
-    cum_gd = np.concatenate([[0.0], np.cumsum(gain_d[order])])
-    best: tuple[float, int, np.ndarray] | None = None
-    bytes_only = 0.0
-    for k in sorted({round(n * j / GRID) for j in range(GRID + 1)}):
-        left = budget - cum_d[k]
-        if left < 0:
-            break
-        rest = order[k:]
-        by_size = rest[np.argsort(file_sizes[rest], kind="stable")]
-        fits = by_size[: int(np.searchsorted(np.cumsum(file_sizes[by_size]), left, "right"))]
-        saved = float(cum_gd[k] + gain_b[fits].sum())
-        if k == 0:
-            bytes_only = saved
-        if best is None or saved > best[0]:
-            best = (saved, k, fits)
-    assert best is not None  # k = 0 always fits
-    saved, k, fits = best
-    is_decoded = np.zeros(n, dtype=bool)
-    is_decoded[order[:k]] = True
-    as_bytes = np.zeros(n, dtype=bool)
-    as_bytes[fits] = True
-    return Plan(
-        decoded=is_decoded,
-        as_bytes=as_bytes,
-        decoded_bytes=int(cum_d[k]),
-        file_bytes=int(file_sizes[fits].sum()),
-        saved_s=saved,
-        bytes_only_saved_s=bytes_only,
-        costs=costs,
-    )
+#: Room added to each part's tiers over what the plan puts there.
+SLACK = 1.02
+SLACK_BYTES = 1 << 20
 
 
 def bind_decoded(cache: Any, dataset: Any, split: Split, hold: str) -> DecodedCache:
@@ -131,7 +43,8 @@ def bind_decoded(cache: Any, dataset: Any, split: Split, hold: str) -> DecodedCa
     planned with the other samples' bytes (``auto``).
 
     Raises:
-        Refused: the loader function is not deterministic (or opted out).
+        Refused: the loader function is not deterministic (or opted out), or ``auto``
+            has neither a RAM size nor a disk size in bytes.
     """
     name = type(dataset).__name__
     n = len(split.paths)
@@ -139,70 +52,93 @@ def bind_decoded(cache: Any, dataset: Any, split: Split, hold: str) -> DecodedCa
     verdict = loader_verdict(split, getattr(cache, "deterministic", None), picks[:3])
     if not verdict.ok:
         raise Refused({**verdict.as_stats(), "holds": "bytes"})
-    costs = measure(split, picks)
     fingerprint = preparation_fingerprint(PrefixOf(split), "decoded", paths_digest(split.paths))
-    where = "samples"
-    args = dict(hold="decoded", where=where, dataset_name=name, verdict=verdict)
+    args = dict(hold="decoded", where="samples", dataset_name=name, verdict=verdict)
     if hold == "decoded":
+        costs = measure(split.head, split.paths, picks)
         layer, per = bind_segment(cache, "decoded", fingerprint, n, costs["decoded_bytes"])
         bound = DecodedCache(layer, split, fingerprint=fingerprint, **args)
         announce(bound, f"{name}'s {n} images after {split.describe()}", per)
         return bound
-    budget = int(cache.capacity) if isinstance(cache.capacity, int) else 0
-    if budget <= 0:
-        raise Refused(refusal("budget", "hold='auto' needs a RAM size in bytes"))
     sizes = np.array([os.stat(p).st_size for p in split.paths], dtype=np.float64)
-    chosen = plan(sizes, costs, budget)
-    layer = None
+    budget = int(cache.capacity) if isinstance(cache.capacity, int) else 0
+    disk = _disk_budget(cache.disk, sizes)
+    if budget <= 0 and disk <= 0:
+        raise Refused(refusal("budget", "hold='auto' needs a RAM or disk size in bytes"))
+    costs = measure(split.head, split.paths, picks, tier_dir() if disk > 0 else None)
+    chosen = plan(sizes, costs, budget, disk)
+    layer: Any = _NoTier()
+    per = 0
     if chosen.decoded.any():
-        room = int(chosen.decoded_bytes * 1.02) + (1 << 20)
         layer, per = bind_segment(
-            cache, "decoded", fingerprint, n, costs["decoded_bytes"], capacity=room
+            cache,
+            "decoded",
+            fingerprint,
+            n,
+            costs["decoded_bytes"],
+            capacity=_room(chosen.decoded_bytes),
+            disk=_room(chosen.disk_decoded_bytes),
         )
-    else:
-        layer, per = _NoTier(), 0
     bound = DecodedCache(
         layer, split, only=chosen.decoded.tolist(), fingerprint=fingerprint, **args
     )
     bound.hold = "auto"
     bound.plan = chosen
+    if layer.ram is not None and layer.disk is not None:  # each entry to its planned tier
+        bound.tier_of = chosen.on_disk.astype(np.uint8).tobytes()
+    elif layer.disk is not None:
+        bound.tier_of = bytes(n)  # the disk is the segment's only tier
     if chosen.as_bytes.any():
         bound.files = _bind_bytes(
             cache,
             [split.paths[i] for i in np.flatnonzero(chosen.as_bytes)],
-            chosen.file_bytes,
+            _room(chosen.file_bytes),
+            _room(chosen.disk_file_bytes),
             name,
         )
+    decoded, on_disk = int(chosen.decoded.sum()), int((chosen.decoded & chosen.on_disk).sum())
+    as_bytes = int(chosen.as_bytes.sum())
+    where = f" ({on_disk} decoded and {int(chosen.on_disk.sum()) - on_disk} files on disk)"
     announce(
         bound,
-        f"{name}: {int(chosen.decoded.sum())} of {n} images after {split.describe()} and "
-        f"{int(chosen.as_bytes.sum())} files' bytes (saves {chosen.saved_s:.1f} CPU s an "
+        f"{name}: {decoded} of {n} images after {split.describe()} and {as_bytes} files' "
+        f"bytes{where if chosen.on_disk.any() else ''} (saves {chosen.saved_s:.1f} CPU s an "
         f"epoch by measure; bytes alone {chosen.bytes_only_saved_s:.1f} s)",
         per,
     )
     return bound
 
 
-def _bind_bytes(cache: Any, paths: list[str], size: int, name: str) -> FileCache:
-    """A byte cache of ``paths``' whole files, sized for them."""
+def _disk_budget(disk: Any, file_sizes: np.ndarray) -> int:
+    """The bytes ``Cache(disk=...)`` gives the plan: its size; ``"auto"``, what the disk
+    can spare for every sample decoded (about 5x the files, `auto_disk_bytes`); a
+    fraction, of the files' bytes; 0 with no disk tier."""
+    if disk is None:
+        return 0
+    if disk == "auto":
+        return auto_disk_bytes(int(file_sizes.sum() * 8))
+    if isinstance(disk, float):
+        return int(disk * float(file_sizes.sum()))
+    return int(disk)
+
+
+def _room(planned: int) -> int | None:
+    """A tier's size for ``planned`` bytes of entries (None: the plan puts none there)."""
+    return int(planned * SLACK) + SLACK_BYTES if planned > 0 else None
+
+
+def _bind_bytes(
+    cache: Any, paths: list[str], ram: int | None, disk: int | None, name: str
+) -> FileCache:
+    """A byte cache of ``paths``' whole files, with a RAM tier of ``ram`` bytes and a disk
+    tier of ``disk`` bytes (None: none)."""
     from unstall.cache.cache import Cache
 
     listing = FileListing(paths)
-    sized = Cache(int(size * 1.02) + (1 << 20), keep=cache.keep, name=cache.name)
+    sized = Cache(ram=ram, disk=disk, keep=cache.keep, name=cache.name)
     layer = sized.bind(listing, peers=None)
     cache.track(layer)  # the user's cache leaves it on close
     return FileCache(layer, listing, "samples (planned)", name)
-
-
-def _read(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 class _NoTier:
@@ -210,7 +146,7 @@ class _NoTier:
 
     def __init__(self) -> None:
         self.tiers: list[Any] = []
-        self.ram = None
+        self.ram = self.disk = None
         self.bound_ns = 0
 
     def stats(self) -> dict[str, Any]:

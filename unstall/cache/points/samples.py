@@ -18,11 +18,17 @@ Binding (`bind_samples`, in the loader's main process, once):
    Sample ``i``'s version is its file's (size, mtime, inode, device), taken by ``stat``
    each time it is asked for: a changed file is a miss (``stale``), never an old sample.
    A dataset that lists no such files is not sample-cached (its samples could not be
-   versioned).
+   versioned). One of unstall's own keyed datasets (`unstall.data.FileDataset` and its
+   kin: `unstall.stores.base.KeyedDataset`) is versioned as the byte cache versions its
+   items instead: its store's version of each item (size, mtime, inode of a local file;
+   size and ETag of an object), taken once at bind and inherited by the workers, so a
+   job bound after an item changed prepares it again; a store that gives no versions is
+   not sample-cached.
 2. **Determinism** (`unstall.cache.points.determinism`): known from recognized ops, else
    checked on the job's own samples; ``Cache(deterministic=True|False)`` decides instead.
 3. **The preparation's fingerprint** (`unstall.cache.points.fingerprint`): the segment is
-   named by it and by the listed paths, so a changed transform, loader function or
+   named by it and by the listed paths (a keyed dataset's own fingerprint: its store and
+   keys), so a changed transform, loader function or
    unstall gives another segment, and jobs with the same preparation share one.
 
 A dataset refused at 1 or 2 gets the byte cache instead (its files, whole), with one
@@ -52,12 +58,17 @@ from unstall.cache.files import (
     tier_get,
     tier_put,
 )
+from unstall.cache.items import item_versions
 from unstall.cache.points import codec
 from unstall.cache.points.determinism import Verdict, verdict_for
 from unstall.cache.points.fingerprint import preparation_fingerprint
+from unstall.stores.base import is_keyed
 
 #: Encoded samples larger than this are never stored.
 MAX_SAMPLE_BYTES = 256 << 20
+#: A keyed dataset's attributes its entries' keys stand for (the store and keys, by the
+#: dataset's own fingerprint; the versions, per entry) or that change as it is used.
+KEYED_STATE = ("store", "keys", "_versions", "_versioned")
 _announced: set[str] = set()
 
 
@@ -101,41 +112,57 @@ class SampleCache(ItemLayer):
     def __init__(
         self,
         layer: Any,
-        paths: list[str],
+        paths: Sequence[str],
         *,
         hold: str,
         where: str,
         dataset_name: str,
         fingerprint: str,
         verdict: Verdict,
+        versions: np.ndarray | None = None,
     ):
         super().__init__(layer)
         self.paths, self.hold, self.where = paths, hold, where
         self.dataset_name, self.fingerprint, self.verdict = dataset_name, fingerprint, verdict
+        #: Each sample's version, taken at bind, for a keyed dataset (its store's item
+        #: versions, as the byte cache keys them); None: its file's, by ``stat`` per access.
+        self.versions = versions
 
     def serve(self, dataset: Any) -> CachedSamples:
         """``dataset`` with its samples served through this cache."""
         return CachedSamples(dataset, self)
 
     def get(self, index: int, prepare: Any) -> Any:
-        """Sample ``index``: from the first tier holding it under its file's current
-        version, else ``prepare(index)``, stored when its file did not change meanwhile."""
-        path = self.paths[index]
-        st = os.stat(path)
-        version = np.array([file_version(st)], dtype=np.int64)
+        """Sample ``index``: from the first tier holding it under its version (its file's
+        now, or its item's at bind), else ``prepare(index)``, stored when its file did not
+        change meanwhile."""
+        st = None
+        if self.versions is not None:
+            version = self.versions[index : index + 1]
+        else:
+            st = os.stat(self.paths[index])
+            version = np.array([file_version(st)], dtype=np.int64)
         data, found = tier_get(self.layer, index, version)
         stored = [(0, 0)] * len(found)
         if data is not None:
             sample = codec.decode(data)
         else:
             sample = prepare(index)
-            settled = time.time_ns() - st.st_mtime_ns > RECENT_NS
-            if settled and file_version(os.stat(path)) == int(version[0]):
+            if st is None or self._unchanged(index, st, int(version[0])):
                 encoded = codec.encode(sample)
                 if len(encoded) <= MAX_SAMPLE_BYTES:
-                    stored = tier_put(self.layer, index, encoded, version, len(found))
+                    stored = self.put(index, encoded, version, len(found))
         tier_count(self.layer, found, stored)
         return sample
+
+    def _unchanged(self, index: int, st: os.stat_result, version: int) -> bool:
+        """Sample ``index``'s file is as it was before preparing it, and settled."""
+        settled = time.time_ns() - st.st_mtime_ns > RECENT_NS
+        return settled and file_version(os.stat(self.paths[index])) == version
+
+    def put(self, index: int, data: bytes, version: np.ndarray, asked: int) -> list:
+        """``data`` to the first of the ``asked`` tiers that takes it: (items, bytes) per tier."""
+        return tier_put(self.layer, index, data, version, asked)
 
     def stats(self) -> dict[str, Any]:
         """``{"cache": {...}}``: the tiers' figures, what they hold and how it was decided."""
@@ -198,7 +225,18 @@ def bind_samples(cache: Any, dataset: Any, hold: str = "samples") -> SampleCache
             be) deterministic; the stats say which check failed.
     """
     name = type(dataset).__name__
-    paths, where = sample_files(dataset)
+    versions, ignore = None, ()
+    if is_keyed(dataset):  # unstall's own: versioned by its store, as the byte cache is
+        versions, where = keyed_versions(dataset)
+        keys = getattr(dataset, "keys", None)  # FileDataset's compact KeyTable
+        if not isinstance(keys, Sequence) or len(keys) != len(dataset):
+            keys = [str(dataset.key(i)) for i in range(len(dataset))]
+        paths = keys  # each sample's key, in its order (not read: versions are per item)
+        ignore = KEYED_STATE
+        listed = f"keyed {type(dataset.store).__qualname__} {dataset.fingerprint()}"
+    else:
+        paths, where = sample_files(dataset)
+        listed = paths_digest(paths)
     sizes: list[int] = []
 
     def prepared(i: int) -> bytes:
@@ -211,7 +249,7 @@ def bind_samples(cache: Any, dataset: Any, hold: str = "samples") -> SampleCache
         raise Refused({**verdict.as_stats(), "holds": "bytes"})
     if not sizes:  # declared deterministic: one sample sizes the segment
         prepared(0)
-    fingerprint = preparation_fingerprint(dataset, hold, paths_digest(paths))
+    fingerprint = preparation_fingerprint(dataset, hold, listed, ignore=ignore)
     layer, per_sample = bind_segment(cache, hold, fingerprint, len(paths), float(np.mean(sizes)))
     bound = SampleCache(
         layer,
@@ -221,9 +259,28 @@ def bind_samples(cache: Any, dataset: Any, hold: str = "samples") -> SampleCache
         dataset_name=name,
         fingerprint=fingerprint,
         verdict=verdict,
+        versions=versions,
     )
     announce(bound, f"{name}'s {len(paths)} prepared samples", per_sample)
     return bound
+
+
+def keyed_versions(dataset: Any) -> tuple[np.ndarray, str]:
+    """A keyed dataset's item versions (its store's, taken once: `unstall.cache.items`).
+
+    Raises:
+        Refused: its store gives no versions (a changed item could not be told apart).
+    """
+    name = type(dataset).__name__
+    try:
+        versions = item_versions(dataset)
+    except Exception as exc:  # the store's listing failed: its bytes are cached instead
+        why = f"listing {name}'s item versions failed ({type(exc).__name__}: {exc})"
+        raise Refused(refusal("versions", why)) from None
+    if versions is None:
+        why = f"{name}'s store gives no item versions: its samples cannot be versioned"
+        raise Refused(refusal("versions", why))
+    return np.asarray(versions, dtype=np.int64), "store versions"
 
 
 def paths_digest(paths: Sequence[str]) -> str:
@@ -240,16 +297,23 @@ def entry_bytes(mean_bytes: float) -> int:
 
 
 def bind_segment(
-    cache: Any, hold: str, fingerprint: str, n: int, mean_bytes: float, capacity: Any = None
+    cache: Any,
+    hold: str,
+    fingerprint: str,
+    n: int,
+    mean_bytes: float,
+    capacity: int | None = None,
+    disk: int | None = None,
 ) -> tuple[Any, int]:
-    """The tiers of a ``hold`` segment of ``n`` entries of about ``mean_bytes`` each (the
-    cache's own sizes, or a RAM tier of ``capacity`` bytes), and the bytes planned per entry."""
+    """The tiers of a ``hold`` segment of ``n`` entries of about ``mean_bytes`` each, and the
+    bytes planned per entry: the cache's own tiers, or (``capacity`` or ``disk`` given) a
+    RAM tier of ``capacity`` bytes and a disk tier of ``disk`` bytes (None: none)."""
     per_sample = entry_bytes(mean_bytes)
     listing = SampleListing(n, f"{hold}-{fingerprint}", per_sample)
-    if capacity is not None:
+    if capacity is not None or disk is not None:
         from unstall.cache.cache import Cache
 
-        sized = Cache(int(capacity), keep=cache.keep, name=cache.name, hold=hold)
+        sized = Cache(ram=capacity, disk=disk, keep=cache.keep, name=cache.name, hold=hold)
         layer = sized.bind(listing, peers=None, name_prefix=f"{hold}-")
         cache.track(layer)  # the user's cache leaves it on close
         return layer, per_sample
@@ -261,8 +325,10 @@ def announce(bound: SampleCache, what: str, per_sample: int) -> None:
     if bound.fingerprint in _announced:
         return
     _announced.add(bound.fingerprint)
-    ram = bound.layer.ram
+    ram, disk = bound.layer.ram, getattr(bound.layer, "disk", None)
     size = format_bytes(ram.capacity) if ram is not None and ram.path else "no RAM tier"
+    if disk is not None and disk.path:
+        size += f", {format_bytes(disk.capacity)} on disk"
     say(
         f"unstall: caching {what} (deterministic: {bound.verdict.how}; about "
         f"{format_bytes(per_sample)} each) in the node cache ({size})"

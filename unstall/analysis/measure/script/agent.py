@@ -42,6 +42,7 @@ from unstall.analysis.measure.procstat import snapshot, wait_idle, workers_cpu
 from unstall.analysis.measure.script import files, hang
 from unstall.analysis.measure.script.detection import detection_probe
 from unstall.analysis.measure.script.files import evict_first, evict_listed, prefill
+from unstall.analysis.measure.script.loaders import loader_rows
 from unstall.analysis.measure.script.ranks import claim_stop, read_stop
 from unstall.analysis.measure.script.samples import sample_cache_facts
 from unstall.analysis.measure.steady import (
@@ -259,6 +260,8 @@ class Agent:
         loader = watch.loader
         samples = job_samples(getattr(loader, "dataset", None))
         stats = loader.stats() if self.mode != "synthetic" else {}
+        cold = self.mode == "cold"
+        facts = sample_cache_facts(loader.dataset) if cold else None
         timeline = stats.pop("timeline", [])
         doc = {
             "mode": self.mode,
@@ -291,12 +294,17 @@ class Agent:
             "lean_probe": lean_probe(loader.dataset, samples) if self.mode == "cold" else None,
             "detection_probe": detection_probe(loader.dataset) if self.mode == "cold" else None,
             "file_cache": files.file_cache_facts(loader.dataset) if self.mode == "cold" else None,
-            "sample_cache": sample_cache_facts(loader.dataset) if self.mode == "cold" else None,
+            "sample_cache": facts,
             "prefilled": self.prefilled,
             "wire": _wire(watch) if self.mode == "synthetic" else None,
             "timeline": [s for s in timeline if window.covers(s[1])],
             "stats": {k: v for k, v in stats.items() if k != "per_epoch"},
-            "loaders": [_summary(w, w is watch) for w in self.watches.values()],
+            "loaders": loader_rows(
+                self.watches.values(),
+                watch,
+                check=cold and not machine.config_path(),  # the job as it is
+                measured_facts=facts,
+            ),
         }
         path = os.path.join(self.out, f"{self.mode}-{os.getpid()}.json")
         with open(path + ".tmp", "w") as f:
@@ -355,24 +363,6 @@ def _batch_len(batch: Any) -> int:
     from unstall.loader.stats import batch_size_of
 
     return batch_size_of(batch)
-
-
-def _summary(watch: Watch, measured: bool) -> dict[str, Any]:
-    """One row of the loaders table: what this loader handed out and how long the loop waited."""
-    handed = watch.handed
-    wait = sum(h.wait for h in handed)
-    span = (handed[-1].t - (handed[0].t - handed[0].wait)) if handed else 0.0
-    return {
-        "index": watch.index,
-        "dataset": type(getattr(watch.loader, "dataset", None)).__name__,
-        "class": type(watch.loader).__name__,
-        "batches": len(handed),
-        "samples": sum(h.n for h in handed),
-        "iterators": len(watch.segs),
-        "wait_s": round(wait, 6),
-        "wait_share": round(min(1.0, wait / span), 4) if span > 0 else None,
-        "measured": measured,
-    }
 
 
 _agent: Agent | None = None

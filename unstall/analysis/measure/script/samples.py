@@ -196,6 +196,9 @@ def prefill_samples(binding: Any, dataset: Any, workers: int = 1) -> dict[str, A
     layer = binding.bind(dataset)
     get = getattr(layer, "get", None)
     if layer is None or getattr(layer, "hold", "") != "samples" or get is None:
+        close = getattr(layer, "close", None)
+        if close is not None:  # the byte cache a refused dataset got: not left open
+            close()
         return None
     n = len(dataset)
     end = time.monotonic() + FILL_MAX_S

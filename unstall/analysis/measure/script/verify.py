@@ -33,6 +33,7 @@ def verify_recommendation(
     _last.clear()
     measured = _rate_under(command, window, rec["kwargs"])
     workers = _last.pop("workers", None)
+    others = _last.pop("loaders", None)  # the other loaders' passes, to pair with their price
     cache = {k: v for k, v in _last.items() if k != "autotune"}  # the file cache's, if any
     tuned = _last.get("autotune")  # what num_workers="auto" settled on, if asked
     control = None
@@ -51,6 +52,7 @@ def verify_recommendation(
         **({"cache": cache} if cache else {}),
         **({"autotune": tuned} if tuned else {}),
         **({"workers": workers} if workers else {}),
+        **({"loaders": others} if others else {}),
     }
 
 
@@ -91,6 +93,7 @@ def _rate_under(command: Sequence[str], window: dict[str, Any], kwargs: Any) -> 
         _last.update(prefilled=doc.get("prefilled"), stats=figures)
     if kwargs is not None:
         _last["workers"] = worker_figures(doc)
+        _last["loaders"] = [r for r in doc.get("loaders") or [] if r.get("later_pass")]
     return round(run_of("cold", doc).samples_per_s, 1)
 
 
