@@ -3,14 +3,17 @@ and renders in a browser with the analyzer's report picture in place."""
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import html as html_lib
 import http.server
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -31,20 +34,30 @@ needs_mkdocs = pytest.mark.skipif(not HAS_MKDOCS, reason="mkdocs is not installe
 PLOT_RGB = {"compute": (0x4C, 0x72, 0xB0), "prep": (0xDD, 0x84, 0x52)}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built once per pytest run: the xdist workers that run a test of it share one
+    build (each built its own before: 2-3 builds of ~6 s of CPU a suite), made under a lock in
+    the run's own temporary folder (never an earlier run's) and only read by the tests."""
     if not HAS_MKDOCS:
         pytest.skip("mkdocs is not installed ([docs] extra)")
-    out = tmp_path_factory.mktemp("site")
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        env={**_env(), "NO_MKDOCS_2_WARNING": "1"},
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's
+    out = shared / "docs-site"
+    with open(shared / "docs-site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed
+        if not (out / "index.html").exists():
+            part = Path(tempfile.mkdtemp(prefix="docs-site-", dir=shared))
+            done = subprocess.run(
+                [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(part)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=110,
+                env={**_env(), "NO_MKDOCS_2_WARNING": "1"},
+            )
+            assert done.returncode == 0, done.stderr[-4000:]
+            part.rename(out)  # whole or not at all: a failed build leaves no site to reuse
     return out
 
 
@@ -195,8 +208,6 @@ def _load_gen_tables():
 
 
 def _env() -> dict[str, str]:
-    import os
-
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return env

@@ -143,7 +143,7 @@ def _large_folder(root: Path, source: str, images: int) -> str:
     return os.fspath(root)
 
 
-def _costs(data: str, pictures: int = 16) -> dict[str, float]:
+def _costs(data: str, pictures: int) -> dict[str, float]:
     """Median thread-CPU ms per training image on one thread, in this process: its JPEG
     decoded (torchvision's loader), the random tail run on the decoded image
     (``RandomResizedCrop`` ... ``Normalize``), a decoded entry read back into an image
@@ -216,7 +216,7 @@ def _pairs(
         return lambda: _run(work, data, kind, cache, passes, f"{label}-{name}-{next(count)}")
 
     runs = harness.run_pairs(
-        side("base", base), side("new", new), repeats, rate=_rate, on_pair=said
+        side("base", base), side("new", new), repeats, rate=lambda run: run["rate"], on_pair=said
     )
     p = runs.rates
     cpu_ratios = [b["cpu_ms"] / n["cpu_ms"] for b, n in zip(runs.base, runs.new, strict=True)]
@@ -251,10 +251,6 @@ def _bound(costs: dict[str, float], pair: dict[str, Any], images: int) -> dict:
     }
 
 
-def _rate(run: dict[str, Any]) -> float:
-    return run["rate"]
-
-
 def _row(case: str, baseline: str, new: str, pair: dict[str, Any], goal: float) -> dict:
     """A table row for one pair's medians."""
     return {
@@ -282,9 +278,10 @@ def run(
     repeats: int = 3,
     images: int | None = None,
     budgets: tuple[str, ...] = tuple(BUDGETS),
+    cost_images: int = 16,
 ) -> BenchResult:
-    """``images``: validation images (the training set is a quarter of them, at least 12);
-    ``budgets``: the mixed-placement rows (of `BUDGETS`; the tests run one)."""
+    """``images``: validation images (the training set a quarter, at least 12); ``budgets``:
+    the mixed rows (of `BUDGETS`); ``cost_images``: training images `_costs` times."""
     from unstall.data.synthetic import ensure_demo_dataset
 
     if not budgets or not set(budgets) <= set(BUDGETS):
@@ -303,7 +300,7 @@ def run(
         work = Path(tmp)
         train_data = _large_folder(work / "large", data, large)
         train_total = read_all(train_data)
-        costs = _costs(train_data) if "third" in budgets else None
+        costs = _costs(train_data, cost_images) if "third" in budgets else None
         decoded_set = large * LARGE[0] * LARGE[1] * 3
         sizes = {label: decoded_set // BUDGETS[label] for label in budgets}
         if console is not None:
