@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -217,9 +218,29 @@ def test_server_stops_and_leaves_nothing_behind():
     server = SeaweedServer(["unstall-stop-test"]).start()
     proc, directory = server.proc, server.dir
     assert proc is not None and proc.poll() is None and directory and os.path.isdir(directory)
+    # weed's unix socket per gRPC server, at a fixed /tmp path keyed by the server's port
+    ours = _weed_grpc_sockets(proc.pid)
+    assert len(ours) == 4, ours  # master, volume, filer, s3
     server.stop()
     server.stop()  # idempotent
     assert proc.poll() is not None and not os.path.exists(directory)
+    assert not any(os.path.exists(p) for p in ours), ours
+
+
+def _weed_grpc_sockets(pid: int) -> set[str]:
+    """The unix sockets process ``pid`` listens on under /tmp (``/proc/net/unix`` by inode,
+    matched to the process's open sockets)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    with open("/proc/net/unix") as f:
+        rows = [line.split() for line in f.read().splitlines()[1:]]
+    return {
+        r[7] for r in rows if len(r) >= 8 and r[6] in inodes and r[7].startswith("/tmp/seaweedfs-")
+    }
 
 
 LOOKAHEAD_CHILD = r"""

@@ -171,8 +171,14 @@ class SeaweedServer:
             )
         finally:
             log.close()
+        # weed puts a unix socket per gRPC server at a fixed /tmp path keyed by its port
+        # (``seaweedfs-master-grpc-PORT.sock``...) and, killed, never removes them
+        sockets = [
+            f"/tmp/seaweedfs-{name}-grpc-{port}.sock"
+            for name, port in zip(("master", "volume", "filer", "s3"), grpc, strict=True)
+        ]
         self._finalizer = weakref.finalize(
-            self, _stop_process, self.proc, self.dir, self.stop_timeout, os.getpid()
+            self, _stop_process, self.proc, self.dir, self.stop_timeout, os.getpid(), sockets
         )
 
     def _wait_ready(self) -> None:
@@ -222,7 +228,11 @@ class SeaweedServer:
 
 
 def _stop_process(
-    proc: subprocess.Popen[bytes], directory: str, stop_timeout: float, owner: int
+    proc: subprocess.Popen[bytes],
+    directory: str,
+    stop_timeout: float,
+    owner: int,
+    sockets: list[str],
 ) -> None:
     if os.getpid() != owner:  # a forked child exiting (e.g. a DataLoader worker)
         return
@@ -236,6 +246,9 @@ def _stop_process(
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
     shutil.rmtree(directory, ignore_errors=True)
+    for path in sockets:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _s3_identities() -> dict[str, Any]:
