@@ -228,3 +228,16 @@ def test_a_validation_set_with_a_hidden_draw_gets_no_sample_cache(root):
     out = serve_all(rec, rows)
     assert not isinstance(out["kwargs"].get("cache"), dict), out
     assert out["other_loaders"]["why"].startswith("no other loader's pass"), out
+
+
+def test_a_prep_bound_job_whose_training_set_fails_the_check_keeps_its_setting() -> None:
+    """The cache would bind the refused training set's files' bytes too: on a job bound by
+    its workers' CPU that cost is not in the training loop's price, so it is not applied."""
+    rows = price_loaders(ROWS, REFUSED, room=None, cores=2.0)
+    rec = {"kwargs": {"num_workers": 4}, "config": "workers=4,cache=0", "changed": True}
+    out = serve_all({**rec, "bound": "prep"}, rows)
+    assert out["kwargs"] == {"num_workers": 4}, out
+    assert out["other_loaders"]["why"].startswith("the setting applies to the training loader")
+    assert out["other_loaders"]["saved_s_per_epoch_unapplied"] > 0
+    applied_here = serve_all({**rec, "bound": "compute"}, rows)  # workers with slack
+    assert applied_here["kwargs"]["cache"] == {"size": "64MiB", "hold": "samples"}
