@@ -31,12 +31,8 @@ epoch leaves it, so the verified rate is the steady state the option was priced 
 
 from __future__ import annotations
 
-import contextlib
-import json
 import multiprocessing
 import os
-import select
-import signal
 import statistics
 import time
 import uuid
@@ -226,48 +222,35 @@ FORK_WAIT_S = 10.0
 def _in_fork(
     each: Callable[[int], Any], warm: range, items: range
 ) -> tuple[float, list[float]] | None:
-    """Thread CPU seconds of ``each`` over ``items`` after ``warm`` in a forked process, and
-    each call's wall seconds; None where it cannot be timed so."""
-    if not hasattr(os, "fork"):
-        return None
-    read, write = os.pipe()
+    """Thread CPU seconds of ``each`` over ``items`` after ``warm`` in a forked process (a
+    pool of one, as `prefill_samples` forks its fillers), and each call's wall seconds;
+    None where it cannot be timed so."""
+    _timing[:] = [each, warm, items]  # inherited by the forked process
     try:
-        pid = os.fork()
-    except OSError:
-        os.close(read)
-        os.close(write)
+        pool = multiprocessing.get_context("fork").Pool(1)
+    except (OSError, ValueError):  # no fork here
+        _timing.clear()
         return None
-    if pid == 0:  # the child: time, answer, leave without running the parent's exit hooks
-        code = 1
-        try:
-            os.close(read)
-            batched(each, warm)
-            t0 = time.thread_time()
-            walls = batched(each, items)
-            took = time.thread_time() - t0
-            os.write(write, json.dumps([took, walls]).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    answer = b""
     try:
-        end = time.monotonic() + FORK_WAIT_S
-        while (left := end - time.monotonic()) > 0 and select.select([read], [], [], left)[0]:
-            chunk = os.read(read, 1 << 16)
-            if not chunk:
-                break
-            answer += chunk
+        return pool.apply_async(_time_in_fork).get(timeout=FORK_WAIT_S)
+    except Exception:  # it did not answer in time, or failed: timed in this process instead
+        return None
     finally:
-        os.close(read)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)  # gone already when it answered
-        os.waitpid(pid, 0)
-    try:
-        took, walls = json.loads(answer)
-    except ValueError:  # no answer, or a partial one
-        return None
-    return float(took), [float(x) for x in walls]
+        _timing.clear()
+        pool.terminate()
+        pool.join()
+
+
+#: What `_in_fork` times, for its forked process: the call, the untimed and the timed items.
+_timing: list[Any] = []
+
+
+def _time_in_fork() -> tuple[float, list[float]]:
+    each, warm, items = _timing
+    batched(each, warm)
+    t0 = time.thread_time()
+    walls = batched(each, items)
+    return time.thread_time() - t0, walls
 
 
 def batched(each: Callable[[int], Any], items: range) -> list[float]:
