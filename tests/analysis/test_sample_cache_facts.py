@@ -102,3 +102,34 @@ def test_a_files_version_per_hit_is_the_listings_int64():
         assert mix_ints(*values) == int(mix(*(np.array([v]) for v in values))[0])
     edges = [0, -1, 2**63 - 1, -(2**63)]
     assert mix_ints(*edges) == int(mix(*(np.array([v], dtype=np.int64) for v in edges))[0])
+
+
+def test_the_workers_hand_off_is_timed_on_the_real_loader_and_priced(dataset, monkeypatch):
+    """Around each task a worker takes it, sends the batch on and drops its samples: CPU its
+    spans leave out, timed on unstall's loader at the job's batch size (the timeline needed:
+    `unstall analyze` sets it), and added to a cached sample's price."""
+    from dataclasses import replace
+
+    from unstall.analysis.measure.script.handoff import handoff_seconds
+    from unstall.analysis.model.predict import Config
+    from unstall.analysis.rates.result import Rates
+    from unstall.analysis.recommend.option import Job
+    from unstall.analysis.recommend.samples import sample_cache_row
+
+    assert "handoff_s" not in sample_cache_facts(dataset)  # no batch size: not timed
+    monkeypatch.delenv("UNSTALL_TIMELINE", raising=False)
+    assert handoff_seconds(lambda k: torch.zeros(8), 4, 8) is None  # no timeline: not timed
+    monkeypatch.setenv("UNSTALL_TIMELINE", "1")
+    clips = [torch.full((80_000,), float(k)) for k in range(4)]  # the audio example's size
+    took = handoff_seconds(lambda k: (clips[k].clone(), k), len(clips), 32)
+    assert took is not None and 1e-6 < took < 0.01, took
+    facts = sample_cache_facts(dataset, 8, None)
+    assert 0 < facts["handoff_s"] < 0.01, facts
+    rates = Rates(1e5, prep_cpu_s=0.02, cores=2.0, sample_bytes=1.0, bandwidth=1e12, latency_s=0)
+    job = Job(replace(rates, proc_cpu_s=0.0), Config(workers=2, batch_size=8), 90.0)
+    row = sample_cache_row(job, facts, room=None)
+    per = row.facts["worker_cpu_ms_per_sample"]
+    assert per["handoff"] == round(facts["handoff_s"] * 1e3, 3), per
+    hit = facts["read_s"] + facts["collate_s"] + facts["handoff_s"]
+    assert per["cached"] == round(hit * 1e3, 3), per
+    assert _segments() == []

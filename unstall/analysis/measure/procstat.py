@@ -64,6 +64,20 @@ def _schedstat(pid: int) -> tuple[float, float]:
     return int(fields[0]) / 1e9, int(fields[1]) / 1e9
 
 
+def threads_on_cpu_s(pid: int) -> float | None:
+    """Seconds process ``pid`` has run on a core so far, all its threads together
+    (``/proc/PID/task/*/schedstat``, nanoseconds: a worker's queue feeder thread too); None
+    when it is gone."""
+    total = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e9
+
+
 def wait_idle(pids: list[int], *, step_s: float = 0.05, most_s: float = 5.0) -> float:
     """Wait until these processes are idle (under a tenth of a core between them over
     ``step_s``), at most ``most_s``; the seconds waited. The cold run's workers finish the

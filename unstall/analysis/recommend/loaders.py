@@ -9,7 +9,7 @@ other loader is priced by the time of its pass.
 **Price of a pass under the sample cache** (``Cache(hold="samples")``, from the pass
 after the one that fills it), from what the cold run timed of that loader's passes
 (`unstall.analysis.measure.script.loaders`) and its dataset's facts (a sample's
-preparation ``prep_s`` and its hit ``read_s + collate_s``, timed on its own samples):
+preparation ``prep_s`` and its hit ``read_s + collate_s + handoff_s``, timed on its own samples):
 
 - the loop's own time on the pass (``wall - wait``: the evaluation's) is unchanged;
 - the first batch's wait loses its batch's preparation, less the hits (the workers'
@@ -92,7 +92,7 @@ def _priced(row: dict[str, Any], room: float | None, cores: float, epochs: int) 
     need = entry_bytes(facts["bytes_per_sample"]) * int(facts["samples"])
     share = 1.0 if room is None or need <= 0 else min(1.0, room / need)
     prep = float(facts["prep_s"])
-    hit = float(facts["read_s"]) + float(facts.get("collate_s", 0.0))
+    hit = sum(float(facts.get(k, 0.0)) for k in ("read_s", "collate_s", "handoff_s"))
     cached = share * hit + (1.0 - share) * prep
     saved_each = max(0.0, prep - cached)
     wait, first = float(p["wait_s"]), float(p["first_wait_s"])

@@ -3,8 +3,9 @@
 Under ``unstall run --config`` with ``{"kwargs": {"cache": {"size": ..., "hold":
 "samples"}}}`` (`unstall.cache.points`), a deterministic dataset's samples are prepared
 once: from the second epoch a worker's CPU per sample is a cache hit timed on the job's own
-samples (the worker's path: lookup, copy, decode) and their collate into a batch
-(`unstall.analysis.measure.script.samples`), and its file is not read; the training
+samples (the worker's path: lookup, copy, decode), their collate into a batch and what
+the worker spends around each batch's task (`unstall.analysis.measure.script.samples`),
+and its file is not read; the training
 process's CPU per sample is its loop's at the model's rate (the synthetic run's: the job
 as it is spreads the process's CPU per second over a few samples) and its receive of each
 batch from the workers, timed in the real run (`Rates.receive_cpu_s`: the cached samples
@@ -52,7 +53,7 @@ def sample_cache_row(job: Job, facts: dict[str, Any], room: float | None) -> Opt
         return option("samples", job.measured, unpriced="no_room", check="room", why=why)
     rates = job.rates
     # a cached sample: read back and collated; its file neither read nor prepared
-    cached = facts["read_s"] + facts.get("collate_s", 0.0)
+    cached = facts["read_s"] + facts.get("collate_s", 0.0) + facts.get("handoff_s", 0.0)
     prep = share * cached + (1.0 - share) * rates.prep_cpu_s
     rest = 1.0 - share
     # the training process per sample at the cached rate: its loop's, measured at the
@@ -80,6 +81,7 @@ def sample_cache_row(job: Job, facts: dict[str, Any], room: float | None) -> Opt
         "read": round(facts["read_s"] * 1e3, 3),
         "read_in_process": round(facts.get("read_s_in_process", facts["read_s"]) * 1e3, 3),
         "collate": round(facts.get("collate_s", 0.0) * 1e3, 3),
+        "handoff": round(facts.get("handoff_s", 0.0) * 1e3, 3),
         "process": round((proc + rates.receive_cpu_s) * 1e3, 3),
         "receive": round(rates.receive_cpu_s * 1e3, 3),
     }
@@ -107,5 +109,5 @@ def batch_cv(facts: dict[str, Any], share: float, prep_s: float, batch_size: int
     mean = share * hit + (1.0 - share) * miss
     var = share * var_hit + share * (1.0 - share) * (miss - hit) ** 2
     b = max(1, int(batch_size))
-    per_batch = b * mean + b * facts.get("collate_s", 0.0)
+    per_batch = b * mean + b * (facts.get("collate_s", 0.0) + facts.get("handoff_s", 0.0))
     return math.sqrt(b * var) / per_batch if per_batch > 0 else 0.0

@@ -44,7 +44,7 @@ from unstall.analysis.measure.script.detection import detection_probe
 from unstall.analysis.measure.script.files import evict_first, evict_listed, prefill
 from unstall.analysis.measure.script.loaders import loader_rows
 from unstall.analysis.measure.script.ranks import claim_stop, read_stop
-from unstall.analysis.measure.script.samples import sample_cache_facts
+from unstall.analysis.measure.script.samples import loader_sample_cache_facts
 from unstall.analysis.measure.steady import (
     Handout,
     Window,
@@ -261,7 +261,7 @@ class Agent:
         samples = job_samples(getattr(loader, "dataset", None))
         stats = loader.stats() if self.mode != "synthetic" else {}
         cold = self.mode == "cold"
-        facts = sample_cache_facts(loader.dataset) if cold else None
+        facts = loader_sample_cache_facts(loader) if cold else None
         timeline = stats.pop("timeline", [])
         doc = {
             "mode": self.mode,

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from unstall.analysis.measure.script.samples import sample_cache_facts
+from unstall.analysis.measure.script.samples import loader_sample_cache_facts
 from unstall.analysis.measure.steady import Handout
 
 #: Other loaders whose datasets are checked, at most (the first made, in order).
@@ -120,7 +120,7 @@ def _facts(
         why = f"the other loaders' checks took their {CHECK_MAX_S:g} s"
         return {"applies": False, "check": "not checked", "why": why}
     try:
-        facts = sample_cache_facts(dataset)
+        facts = loader_sample_cache_facts(loader)
     except Exception as exc:  # another loader's odd dataset must not end the measurement
         facts = {"applies": False, "check": "error", "why": f"{type(exc).__name__}: {exc}"}
     facts_of[id(dataset)] = facts

@@ -23,7 +23,10 @@ job's own samples, in the job's process:
   worker spent per sample;
 - what a worker still does per sample besides ``dataset[i]``: a batch of `COLLATED`
   decoded samples collated into a slot as the loader's hand-off does (`collate_into`,
-  `pack`: the batch's one copy), timed the same way.
+  `pack`: the batch's one copy), timed the same way; and, given the loader's batch size,
+  what its worker spends around each task (taking it, sending the batch on, dropping its
+  samples), on the real loader over these samples
+  (`unstall.analysis.measure.script.handoff`).
 
 `prefill_samples` fills the cache before the verification's timed window, as the first
 epoch leaves it, so the verified rate is the steady state the option was priced for.
@@ -43,6 +46,7 @@ import numpy as np
 import torch
 
 from unstall import machine
+from unstall.analysis.measure.script.handoff import handoff_seconds
 from unstall.cache.files import file_version, tier_put
 from unstall.cache.points import codec
 from unstall.cache.points.determinism import Verdict, verdict_for
@@ -67,9 +71,15 @@ SPREAD_MAX = 256
 FILL_MAX_S = 150.0
 
 
-def sample_cache_facts(dataset: Any) -> dict[str, Any]:
+def sample_cache_facts(
+    dataset: Any,
+    batch_size: int | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+) -> dict[str, Any]:
     """``{"applies": True, "samples", "bytes_per_sample", "read_s", "read_cv", "collate_s",
-    "prep_s", "how"}`` or ``{"applies": False, "check", "why"}`` for ``dataset`` (module notes)."""
+    "handoff_s", "prep_s", "how"}`` or ``{"applies": False, "check", "why"}`` for
+    ``dataset`` (module notes), batched by ``batch_size`` with ``collate_fn`` (its loader's:
+    the hand-off is timed only with a batch size)."""
     name = type(dataset).__name__
     if dataset is None or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         return {"applies": False, "check": "map-style", "why": f"{name} is not map-style"}
@@ -99,6 +109,12 @@ def sample_cache_facts(dataset: Any) -> dict[str, Any]:
     try:
         read_s, how, hit_cv, here_s = hit_seconds(paths, where, encoded, verdict)
         collate_s = collate_seconds(list(encoded.values()))
+        data = list(encoded.values())
+        handoff_s = (
+            handoff_seconds(lambda k: codec.decode(data[k]), len(data), batch_size, collate_fn)
+            if batch_size
+            else None
+        )
     finally:
         torch.set_num_threads(threads)
     return {
@@ -110,9 +126,20 @@ def sample_cache_facts(dataset: Any) -> dict[str, Any]:
         "read_cv": round(hit_cv, 4),
         "read_s_in_process": round(here_s, 7),
         "collate_s": round(collate_s, 7),
+        **({"handoff_s": round(handoff_s, 7)} if handoff_s is not None else {}),
         "prep_s": round(statistics.median(prep), 6),  # the first call may import, warm up
         "how": verdict.how,
     }
+
+
+def loader_sample_cache_facts(loader: Any) -> dict[str, Any]:
+    """`sample_cache_facts` of ``loader``'s dataset, batched as ``loader`` batches it."""
+    size = getattr(loader, "batch_size", None)
+    return sample_cache_facts(
+        getattr(loader, "dataset", None),
+        size if isinstance(size, int) else None,
+        getattr(loader, "collate_fn", None),
+    )
 
 
 def hit_seconds(
