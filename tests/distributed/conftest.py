@@ -17,7 +17,8 @@ import pytest
 import unstall
 from tests import forked as fork_server
 from unstall.cache.shm import segment
-from unstall.testing.nodes import free_port, node_address, node_env
+from unstall.testing.nodes import node_address, node_env
+from unstall.testing.ports import free_ports
 
 NODE = str(Path(__file__).with_name("node.py"))
 WORLD = 4
@@ -95,7 +96,7 @@ class Cluster:
     def __init__(self, ctx: object, out: Path, data: Path, token: str = "", **cfg: object):
         self.out = out
         self.namespaces = [f"n{os.getpid()}x{k}x{time.monotonic_ns() % 10**6}" for k in range(4)]
-        port, store_port = free_port(node_address(0)), free_port(node_address(0))
+        port, store_port = free_ports(2, node_address(0))
         config = json.dumps(dict(out=str(out), data=str(data), **cfg))
         self.procs = []
         for rank in range(WORLD):

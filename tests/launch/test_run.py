@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from unstall.testing.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,19 +107,13 @@ def test_failing_script_keeps_its_exit_code_and_traceback(tmp_path):
     assert "made no DataLoader" in done.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_torchrun_gives_one_summary_row_per_rank(tmp_path):
     train = script(tmp_path, "train.py", LOADER)
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not installed beside this Python")
     out = tmp_path / "run.json"
-    env_port = str(_free_port())
+    env_port = str(free_port())
     start = time.monotonic()
     done = unstall_run(
         "--json", str(out), "--", str(torchrun), "--nproc-per-node", "2",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 from tests import forked
+from unstall.testing.ports import free_port
 
 _RANK = """
 import json, os, torch, torch.distributed as dist, unstall
@@ -28,15 +28,9 @@ dist.destroy_process_group()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_ranks_from_torch_distributed_split_the_epoch(tmp_path: Path):
     world = 3
-    port = _free_port()
+    port = free_port()
     # each rank a process of its own, forked from one that imported torch and unstall once
     with forked.server((*forked.PRELOAD, "torch.distributed")) as ctx:
         procs = _ranks(ctx, world, port, tmp_path)

@@ -35,7 +35,8 @@ from typing import Any
 
 from unstall.bench.harness import BenchResult, Measurement, row
 from unstall.stores.local import LocalStore
-from unstall.testing.nodes import free_port, node_address, start_node
+from unstall.testing.nodes import node_address, start_node
+from unstall.testing.ports import free_port
 
 DESCRIPTION = "4 nodes: a cache partitioned across nodes vs each caching alone, slow storage"
 VARIANTS = ("alone", "partitioned", "plain_http", "local")

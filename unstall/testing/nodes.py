@@ -9,15 +9,7 @@ shared-memory namespace (its own node-wide cache) and its own loopback address
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-
-
-def free_port(host: str) -> int:
-    """A TCP port free on ``host`` now."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def node_address(rank: int) -> str:

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,8 @@ import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from unstall.testing.ports import free_ports
 
 ACCESS_KEY = "unstall-test-key"
 SECRET_KEY = "unstall-test-secret"
@@ -40,20 +41,6 @@ def find_weed() -> str | None:
         return found
     candidate = Path(sys.executable).parent / "weed"
     return str(candidate) if candidate.is_file() and os.access(candidate, os.X_OK) else None
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free on 127.0.0.1 right now (held open together while chosen)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class SeaweedServer:
