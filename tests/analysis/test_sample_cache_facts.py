@@ -133,3 +133,16 @@ def test_the_workers_hand_off_is_timed_on_the_real_loader_and_priced(dataset, mo
     hit = facts["read_s"] + facts["collate_s"] + facts["handoff_s"]
     assert per["cached"] == round(hit * 1e3, 3), per
     assert _segments() == []
+
+
+def test_samples_the_loader_cannot_batch_leave_the_hand_off_unpriced(monkeypatch):
+    """A collate that fails on the samples (the job's own would fail alike) is no failure of
+    the measurement: the hand-off goes unpriced."""
+    from unstall.analysis.measure.script.handoff import handoff_seconds
+
+    monkeypatch.setenv("UNSTALL_TIMELINE", "1")
+
+    def refuse(batch: list) -> None:
+        raise ValueError("cannot batch these")
+
+    assert handoff_seconds(lambda k: k, 2, 4, refuse) is None

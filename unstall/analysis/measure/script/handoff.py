@@ -24,7 +24,7 @@ from typing import Any
 
 from unstall import machine
 from unstall.analysis.measure.procstat import threads_on_cpu_s, wait_idle
-from unstall.loader import hooks
+from unstall.loader import DataLoader, hooks
 
 #: Batches an epoch: the first epoch untimed (the worker's start and one-offs), then
 #: `EPOCHS` timed, the median taken.
@@ -53,11 +53,22 @@ def handoff_seconds(
 ) -> float | None:
     """CPU seconds per sample a loader worker spends outside its timed tasks, batching
     ``make(k)`` for ``k`` below ``held`` by ``batch_size`` with ``collate_fn`` (None:
-    torch's default); None where it cannot be timed (no timeline, no worker process)."""
+    torch's default); None where it cannot be timed (no timeline, no worker process, or the
+    loader failed: the price then goes without it, the measurement on)."""
     if not machine.timeline() or held < 1 or batch_size < 1:
         return None
-    from unstall.loader.dataloader import DataLoader
+    try:
+        return _timed(make, held, batch_size, collate_fn)
+    except Exception:  # a dataset's samples this loader cannot batch: not the job's failure
+        return None
 
+
+def _timed(
+    make: Callable[[int], Any],
+    held: int,
+    batch_size: int,
+    collate_fn: Callable[[list[Any]], Any] | None,
+) -> float | None:
     n = batch_size * BATCHES
     with hooks.unobserved():
         loader = DataLoader(
@@ -75,7 +86,7 @@ def handoff_seconds(
                 return None
             per = [_timed_epoch(loader, pids[0]) for _ in range(EPOCHS)]
         finally:
-            del loader
+            loader.close()  # its worker ended here, not whenever the loader is collected
     got = [p for p in per if p is not None]
     return statistics.median(got) if got else None
 
