@@ -65,3 +65,18 @@ def test_kept_settings_are_rerun_once_and_show_the_spread(monkeypatch):
         "the recommendation keeps the job's settings: this re-run of them shows the "
         "machine's run-to-run spread (-10%)"
     )
+
+
+def test_whole_epochs_from_the_second_are_said_beside_the_steady_rate():
+    """Each epoch from its iter() (the workers' start in it) to its last batch, from the
+    second: the figure a script's own per-epoch print shows, which the steady window leaves
+    out; a cut-short last epoch aside, none for fewer than two epochs."""
+    from unstall.analysis.measure.script.verify import whole_epochs
+    from unstall.analysis.report.terminal import verified_workers_text
+
+    doc = {"epochs": [[1000, 19.0], [1000, 0.45], [1000, 0.5], [200, 0.05]]}
+    assert whole_epochs(doc) == {"epochs": 2, "epoch_samples_per_s": round(2000 / 0.95, 1)}
+    assert whole_epochs({"epochs": [[1000, 0.4]]}) is None
+    assert whole_epochs({}) is None
+    v = {"workers": {"other_cores": 0.0, **whole_epochs(doc)}}
+    assert "whole epochs from the second 2,105 samples/s" in verified_workers_text(v)

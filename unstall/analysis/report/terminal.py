@@ -131,6 +131,11 @@ def verified_workers_text(v: dict[str, Any]) -> str:
             f"batch times varying {w['batch_cv']:.0%}, the workers waiting "
             f"{w['in_order_wait_share']:.1%} of their time on the in-order delivery"
         )
+    if "epoch_samples_per_s" in w:
+        parts.append(
+            f"whole epochs from the second {w['epoch_samples_per_s']:,.0f} samples/s (each from "
+            "its iter(), the workers' start in it; the rates above are inside an epoch)"
+        )
     load = (v.get("at_verify_load") or {}).get("cores_left_when_measured")
     then = f" (priced with {load:g} cores left to the job)" if load is not None else ""
     parts.append(f"other jobs held {w.get('other_cores', 0.0):g} cores{then}")

@@ -299,6 +299,7 @@ class Agent:
             "wire": _wire(watch) if self.mode == "synthetic" else None,
             "timeline": [s for s in timeline if window.covers(s[1])],
             "stats": {k: v for k, v in stats.items() if k != "per_epoch"},
+            "epochs": [[e["samples"], e["wall_s"]] for e in stats.get("per_epoch", [])[:64]],
             "loaders": loader_rows(
                 self.watches.values(),
                 watch,
