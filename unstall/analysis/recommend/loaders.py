@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from unstall.analysis.recommend.samples import SIZE_STEP
+from unstall.analysis.recommend.samples import SIZE_STEP, hit_s
 from unstall.cache.points.samples import entry_bytes
 
 #: A loader's pass must be priced this much shorter for the recommendation to cache it.
@@ -92,7 +92,7 @@ def _priced(row: dict[str, Any], room: float | None, cores: float, epochs: int) 
     need = entry_bytes(facts["bytes_per_sample"]) * int(facts["samples"])
     share = 1.0 if room is None or need <= 0 else min(1.0, room / need)
     prep = float(facts["prep_s"])
-    hit = sum(float(facts.get(k, 0.0)) for k in ("read_s", "collate_s", "handoff_s"))
+    hit = hit_s(facts)
     cached = share * hit + (1.0 - share) * prep
     saved_each = max(0.0, prep - cached)
     wait, first = float(p["wait_s"]), float(p["first_wait_s"])

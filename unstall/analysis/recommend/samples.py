@@ -52,8 +52,7 @@ def sample_cache_row(job: Job, facts: dict[str, Any], room: float | None) -> Opt
         why = f"the node's room holds {share:.0%} of the {n} samples"
         return option("samples", job.measured, unpriced="no_room", check="room", why=why)
     rates = job.rates
-    # a cached sample: read back and collated; its file neither read nor prepared
-    cached = facts["read_s"] + facts.get("collate_s", 0.0) + facts.get("handoff_s", 0.0)
+    cached = hit_s(facts)
     prep = share * cached + (1.0 - share) * rates.prep_cpu_s
     rest = 1.0 - share
     # the training process per sample at the cached rate: its loop's, measured at the
@@ -97,6 +96,13 @@ def sample_cache_row(job: Job, facts: dict[str, Any], room: float | None) -> Opt
         from_epoch=2,
         batch_cv=round(spread, 3),
     )
+
+
+def hit_s(facts: dict[str, Any]) -> float:
+    """A worker's CPU seconds per cached sample: read back, collated and handed off with its
+    batch; its file neither read nor prepared (the sample cache's facts, timed on the job's
+    own samples). One figure for every loader priced under the cache."""
+    return facts["read_s"] + facts.get("collate_s", 0.0) + facts.get("handoff_s", 0.0)
 
 
 def batch_cv(facts: dict[str, Any], share: float, prep_s: float, batch_size: int) -> float:

@@ -108,8 +108,8 @@ def sample_cache_facts(
     torch.set_num_threads(1)  # as in a loader worker
     try:
         read_s, how, hit_cv, here_s = hit_seconds(paths, where, encoded, verdict)
-        collate_s = collate_seconds(list(encoded.values()))
         data = list(encoded.values())
+        collate_s = collate_seconds(data)
         handoff_s = (
             handoff_seconds(lambda k: codec.decode(data[k]), len(data), batch_size, collate_fn)
             if batch_size

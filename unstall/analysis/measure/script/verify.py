@@ -126,8 +126,8 @@ def whole_epochs(doc: dict[str, Any]) -> dict[str, Any] | None:
     process and their first batch), which a short epoch feels: on the audio example's
     1,000 clips under the sample cache, 2,730-2,780/s whole against 3,390-3,450/s verified
     inside the epochs (three runs, docs/analyze-audio-run*.json)."""
-    later = [e for e in doc.get("epochs") or []][1:]
-    full = [e for e in later if later and e[0] == later[0][0]]  # a cut-short last one aside
+    later = (doc.get("epochs") or [])[1:]
+    full = [e for e in later if e[0] == later[0][0]]  # a cut-short last one aside
     samples, wall = sum(e[0] for e in full), sum(e[1] for e in full)
     if not full or wall <= 0:
         return None
