@@ -178,8 +178,7 @@ def derived_of(num_workers: int, rates, *, stall, measured, unknown) -> Any:
     """A prep-bound `Derived` over one made-up 800-sample run (no script run): what the report's
     pure parts (headline, unknown rates) are tested on."""
     from unstall.analysis.measure.machine import Machine
-    from unstall.analysis.measure.result import Measurement
-    from unstall.analysis.measure.runs import Run
+    from unstall.analysis.measure.result import Measurement, Run
     from unstall.analysis.rates.result import Derived
 
     run = Run("cold", 800, 2.0, 1.0, 1.0, 100, 0.0, step_s=[0.02] * 100)

@@ -112,8 +112,7 @@ def test_data_mode_p_is_never_under_the_delivered_rate_either() -> None:
     """`unstall analyze --data`: workers timed at 10 ms of CPU a sample (P = 2 / 0.01 =
     200/s on 2 workers) that delivered 400/s: P is raised to the delivered rate, said once."""
     from unstall.analysis.measure.machine import Machine
-    from unstall.analysis.measure.result import Measurement
-    from unstall.analysis.measure.runs import Run
+    from unstall.analysis.measure.result import Measurement, Run
     from unstall.analysis.rates.workload import derive_workload
 
     # a span: (.., start 3, .., end 5, CPU seconds 6, samples 7, run-queue seconds 8)

@@ -164,6 +164,27 @@ class Cluster:
                     per_epoch[epoch][line] += 1
         return per_epoch
 
+    def rereads(self, epochs: int, results: list[dict]) -> str:
+        """Why a key was read from storage again after epoch 1 (an assertion's message): the
+        keys per epoch, each node's peer counters per epoch, its cache's evictions and
+        refusals, and its stderr's end."""
+        lines = []
+        for e, counts in enumerate(self.reads_per_epoch(epochs)[1:], start=2):
+            if counts:
+                lines.append(f"epoch {e} read again: {sorted(counts.items())}")
+        for rank, r in enumerate(results):
+            per = [
+                {k: v for k, v in p.items() if k.startswith(("peer_", "storage_"))}
+                for p in r["per_epoch"]
+            ]
+            tiers = r["cache"][-1] if r.get("cache") else {}
+            keep = ("evictions", "too_large", "reclaims", "items_cached", "misses", "hits")
+            found = {k: v for k, v in _flat(tiers).items() if k.rsplit(".", 1)[-1] in keep}
+            err = (self.out / f"node-{rank}").with_suffix(".err")
+            tail = err.read_text()[-600:] if err.exists() else ""
+            lines.append(f"node {rank}: per epoch {per}; cache {found}; stderr end {tail!r}")
+        return "\n".join(lines)
+
     def close(self) -> None:
         (self.out / "stop").touch()
         for proc in self.procs:
@@ -200,3 +221,13 @@ def cluster(tmp_path: Path, node_server):
     yield start
     for c in made:
         c.close()
+
+
+def _flat(tree: object, at: str = "") -> dict[str, object]:
+    """A nested stats dict's numbers as ``{"a.b.c": value}`` (for `Cluster.rereads`)."""
+    if isinstance(tree, dict):
+        out: dict[str, object] = {}
+        for k, v in tree.items():
+            out.update(_flat(v, f"{at}.{k}" if at else str(k)))
+        return out
+    return {at: tree} if isinstance(tree, (int, float)) else {}

@@ -31,7 +31,9 @@ def test_each_item_read_once_and_shards_match_single_node(cluster, tmp_path, tls
         assert results[rank]["epochs"] == want[rank], f"rank {rank} differs from one node"
     per_epoch = c.reads_per_epoch(epochs)
     assert per_epoch[0] == collections.Counter({f"{i:05d}.bin": 1 for i in range(N)})
-    assert [sum(e.values()) for e in per_epoch[1:]] == [0] * (epochs - 1)
+    assert [sum(e.values()) for e in per_epoch[1:]] == [0] * (epochs - 1), c.rereads(
+        epochs, results
+    )
     # loader.stats()["peers"] (cumulative): epoch 2 on, other nodes' items all from peers
     for e in range(1, epochs):
 

@@ -49,7 +49,9 @@ def test_tar_shards_each_sample_read_once_and_ranks_match_one_node(cluster, tmp_
     # server; the caches size themselves from the index, reading none), then never again:
     # epochs 2 and 3 come from the nodes' RAM and their peers
     assert per_epoch[0] == collections.Counter(dict.fromkeys(keys, 1))
-    assert [sum(e.values()) for e in per_epoch[1:]] == [0] * (epochs - 1)
+    assert [sum(e.values()) for e in per_epoch[1:]] == [0] * (epochs - 1), c.rereads(
+        epochs, results
+    )
     for e in range(1, epochs):
         hits = sum(r["per_epoch"][e]["peer_hits"] for r in results)
         assert sum(r["per_epoch"][e]["storage_reads"] for r in results) == 0

@@ -20,11 +20,32 @@ after `measure` measures; the report prices nothing, it lays out (and chooses wh
 a fetch stall only where fetch can limit the rate, a curve only where it moves).
 """
 
-from unstall.analysis.measure.workload import Workload
-from unstall.analysis.model.predict import Config, predict
-from unstall.analysis.model.stage import Analysis
-from unstall.analysis.pipeline import analyze, analyze_script, analyze_workload, report_of
-from unstall.analysis.rates.result import Rates
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from unstall.lazy import lazy_exports
+
+_HOMES = {
+    "Analysis": "unstall.analysis.model.stage",
+    "Config": "unstall.analysis.model.predict",
+    "Rates": "unstall.analysis.rates.result",
+    "Workload": "unstall.analysis.measure.workload",
+    "analyze": "unstall.analysis.pipeline",
+    "analyze_script": "unstall.analysis.pipeline",
+    "analyze_workload": "unstall.analysis.pipeline",
+    "predict": "unstall.analysis.model.predict",
+    "report_of": "unstall.analysis.pipeline",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
+
+if TYPE_CHECKING:
+    from unstall.analysis.measure.workload import Workload
+    from unstall.analysis.model.predict import Config, predict
+    from unstall.analysis.model.stage import Analysis
+    from unstall.analysis.pipeline import analyze, analyze_script, analyze_workload, report_of
+    from unstall.analysis.rates.result import Rates
 
 __all__ = [
     "Analysis",

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from unstall import machine
-from unstall.analysis.measure.differential import measure_workload
 from unstall.analysis.measure.script.runner import RUN_TIMEOUT_S, measure_script, window_of
-from unstall.analysis.measure.workload import Workload
 from unstall.analysis.model.predict import Config
 from unstall.analysis.model.stage import Analysis, ask, model_of
 from unstall.analysis.model.whatif import parse_what_if
@@ -25,6 +23,9 @@ from unstall.analysis.rates.script import derive_script
 from unstall.analysis.rates.workload import derive_workload
 from unstall.analysis.recommend.stage import advise
 from unstall.analysis.report.build import build_report
+
+if TYPE_CHECKING:
+    from unstall.analysis.measure.workload import Workload
 
 #: (warm-up, measured) steps: default and ``quick``.
 STEPS = (10, 200)
@@ -66,6 +67,8 @@ def analyze(
     else:
         if step is None:
             raise ValueError("dataset= needs step=: a callable that trains on one batch")
+        from unstall.analysis.measure.workload import Workload
+
         workers = num_workers if num_workers is not None else machine.cores_available()
         work = Workload(dataset, step, batch_size=batch_size, num_workers=workers, name="dataset")
     w0, s0 = QUICK_STEPS if quick else STEPS
@@ -87,6 +90,10 @@ def analyze_workload(
     on_step: Callable[[], None] | None = None,
 ) -> Analysis:
     """Measure ``work`` (the differential runs), derive its rates and price them."""
+    # here, not at the top: the in-process runs import torch, which a script's analysis
+    # (``unstall analyze -- python train.py``: the script's process has it) never needs
+    from unstall.analysis.measure.differential import measure_workload
+
     m = measure_workload(work, warmup=warmup, steps=steps, progress=progress, on_step=on_step)
     return model_of(derive_workload(m))
 

@@ -115,3 +115,9 @@ def format_bytes(size: float) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{size:.1f} TiB"
+
+
+def entry_bytes(mean_bytes: float) -> int:
+    """The bytes a cache-point segment plans per entry of about ``mean_bytes`` (room for
+    larger ones): what the segment is sized by and what the analyzer prices its room with."""
+    return int(mean_bytes * 1.25) + 4096

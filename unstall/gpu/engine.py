@@ -15,7 +15,6 @@ names the best one for the loader's ``prep="auto"`` and for `unstall analyze`.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -28,6 +27,7 @@ from unstall.gpu.augment import box_inside, crop_flip_normalize
 from unstall.gpu.dali_feed import FEEDS
 from unstall.gpu.decode import GpuDecoder, cpu_decoder, fastest_decoder
 from unstall.gpu.fallback import CpuEngine, EngineError, FallbackEngine
+from unstall.gpu.installed import dali_importable, installed_decoder
 from unstall.gpu.prep import ENCODED
 from unstall.pipeline.decode import decode_jpeg
 
@@ -108,14 +108,6 @@ def _holds(image: torch.Tensor | None, box: list[int]) -> bool:
     return image is not None and box_inside(box, image.shape[-2], image.shape[-1])
 
 
-def dali_importable() -> bool:
-    """Whether NVIDIA DALI is installed (``pip install 'unstall[dali]'``), without importing it."""
-    try:
-        return importlib.util.find_spec("nvidia.dali") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def available_decoder(*, device: torch.device | None = None) -> str | None:
     """The GPU decoder GPU prep would use here, by name, or None if none is usable.
 
@@ -125,22 +117,13 @@ def available_decoder(*, device: torch.device | None = None) -> str | None:
     prepare on the CPU workers; `decoder_choice` says why). Without CUDA: the first
     importable of nvImageCodec and torchvision, by imports only.
     """
-    if dali_importable():
-        import nvidia.dali  # type: ignore[import-not-found]
-
-        return f"DALI {nvidia.dali.__version__} (mixed: hardware JPEG decoder, else nvJPEG)"
-    if device is None and torch.cuda.is_available():
-        device = torch.device("cuda", torch.cuda.current_device())
-    if device is not None and device.type == "cuda":
-        decoder, _ = fastest_decoder(device)
-        return None if decoder is None else decoder.name
-    for module, name in (("nvidia.nvimgcodec", "nvImageCodec"), ("torchvision.io", "torchvision")):
-        try:
-            if importlib.util.find_spec(module) is not None:
-                return name
-        except (ImportError, ValueError):
-            continue
-    return None
+    if not dali_importable():
+        if device is None and torch.cuda.is_available():
+            device = torch.device("cuda", torch.cuda.current_device())
+        if device is not None and device.type == "cuda":
+            decoder, _ = fastest_decoder(device)
+            return None if decoder is None else decoder.name
+    return installed_decoder()
 
 
 def decoder_choice(device: torch.device) -> str:

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from unstall.analysis.measure.lean import job_samples, lean_probe
 from unstall.analysis.measure.machine import read_machine
 from unstall.analysis.measure.probe import probe_storage
-from unstall.analysis.measure.result import Measurement
-from unstall.analysis.measure.runs import Run, fetch_run, loader_run, synthetic_run
+from unstall.analysis.measure.result import Measurement, Run
+from unstall.analysis.measure.runs import fetch_run, loader_run, synthetic_run
 from unstall.analysis.measure.storage import evict, filled_cache
 from unstall.analysis.measure.workload import Workload, step_indices
 

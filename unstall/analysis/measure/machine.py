@@ -28,9 +28,11 @@ class Machine:
     gpu_decoder: str | None
 
 
-def read_machine() -> Machine:
-    """This node as it is now."""
-    return Machine(machine.cores_available(), _cache_room(), _cuda(), _gpu_decoder())
+def read_machine(cuda: bool | None = None) -> Machine:
+    """This node as it is now; ``cuda`` as the job's process found it (None: asked here, which
+    imports torch)."""
+    usable = _cuda() if cuda is None else cuda
+    return Machine(machine.cores_available(), _cache_room(), usable, _gpu_decoder(usable))
 
 
 def _cache_room() -> float | None:
@@ -51,9 +53,15 @@ def _cuda() -> bool:
         return False
 
 
-def _gpu_decoder() -> str | None:
+def _gpu_decoder(cuda: bool) -> str | None:
+    """The GPU decoder GPU prep would use: measured on the CUDA device where there is one
+    (`unstall.gpu.engine.available_decoder`, with torch), else named from what is installed."""
     try:
-        from unstall.gpu import available_decoder
+        if not cuda:
+            from unstall.gpu.installed import installed_decoder
+
+            return installed_decoder()
+        from unstall.gpu.engine import available_decoder
 
         return available_decoder()
     except Exception:  # a broken optional package counts as none

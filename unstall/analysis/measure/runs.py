@@ -12,81 +12,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from unstall.analysis.measure.procstat import machine_busy_s, workers_cpu
+from unstall.analysis.measure.result import Run
 from unstall.analysis.measure.steady import burst_depth, loader_worker_pids
 from unstall.analysis.measure.wire import wire_probe
 from unstall.analysis.measure.workload import Workload
 from unstall.loader import DataLoader
-
-
-@dataclass
-class Run:
-    """One measured run [Unit: second]: the steps after warm-up only.
-
-    ``spans``: the loader's per-batch spans inside the measured window
-    (wait start, wait end, worker, start, fetch end, end, prepare CPU, samples).
-    """
-
-    kind: str
-    samples: int
-    wall_s: float
-    wait_s: float
-    compute_s: float
-    steps: int
-    start: float
-    spans: list[tuple[float, ...]] = field(default_factory=list)
-    stats: dict[str, Any] = field(default_factory=dict)
-    step_s: list[float] = field(default_factory=list)
-    compute_steps: list[float] = field(default_factory=list)
-    #: CPU seconds of the training process (all its threads) over the measured steps
-    proc_cpu_s: float = 0.0
-    #: CPU seconds the whole machine was busy over the measured steps (other jobs included)
-    machine_busy_s: float = 0.0
-    #: CPU seconds of the loader's worker processes (all threads) over the measured steps
-    workers_cpu_s: float = 0.0
-
-    def other_cores(self) -> float:
-        """Cores other processes kept busy during the run: the machine's busy time less this
-        process's and its workers' (their CPU per batch, from the spans)."""
-        if self.wall_s <= 0 or not self.spans:
-            return 0.0
-        workers = self.workers_cpu_s or sum(s[6] for s in self.spans)
-        return max(0.0, (self.machine_busy_s - self.proc_cpu_s - workers) / self.wall_s)
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.samples / self.wall_s if self.wall_s > 0 else 0.0
-
-    @property
-    def compute_rate(self) -> float:
-        """Samples/s of the model alone in this run: at its median time inside a step."""
-        if not self.compute_steps or not self.samples:
-            return 0.0
-        median = sorted(self.compute_steps)[len(self.compute_steps) // 2]
-        return self.samples / self.steps / median if median > 0 else 0.0
-
-    @property
-    def steady_rate(self) -> float:
-        """Samples/s at the median step time: the rate without the machine's bursts."""
-        if not self.step_s or not self.samples:
-            return self.samples_per_s
-        median = sorted(self.step_s)[len(self.step_s) // 2]
-        return self.samples / self.steps / median if median > 0 else self.samples_per_s
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "samples": self.samples,
-            "steps": self.steps,
-            "wall_s": round(self.wall_s, 4),
-            "wait_s": round(self.wait_s, 4),
-            "compute_s": round(self.compute_s, 4),
-            "samples_per_s": round(self.samples_per_s, 2),
-        }
 
 
 def train_loop(

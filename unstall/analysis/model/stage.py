@@ -13,8 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from unstall.analysis.measure.probe import StorageProbe
-from unstall.analysis.measure.result import Measurement
-from unstall.analysis.measure.runs import Run
+from unstall.analysis.measure.result import Measurement, Run
 from unstall.analysis.model.predict import Config, predict, prep_capacity
 from unstall.analysis.model.whatif import curves, grid, parse_what_if, row
 from unstall.analysis.rates.result import Derived, Rates

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import math
 
-from unstall.analysis.measure.result import Measurement
-from unstall.analysis.measure.runs import Run
+from unstall.analysis.measure.result import Measurement, Run
 from unstall.analysis.rates.result import NO_IO_WAIT, Derived, Rates
 
 #: Below this share of stall in the cold run the job is compute-bound.

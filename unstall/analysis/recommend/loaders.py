@@ -43,7 +43,7 @@ import math
 from typing import Any
 
 from unstall.analysis.recommend.samples import SIZE_STEP, hit_s
-from unstall.cache.points.samples import entry_bytes
+from unstall.cache.capacity import entry_bytes
 
 #: A loader's pass must be priced this much shorter for the recommendation to cache it.
 PAYS = 0.1

@@ -26,7 +26,7 @@ from typing import Any
 
 from unstall.analysis.model.predict import predict
 from unstall.analysis.recommend.option import Job, Option, option
-from unstall.cache.points.samples import entry_bytes
+from unstall.cache.capacity import entry_bytes
 
 #: The least share of the samples the room must hold for the option to be priced.
 LEAST_SHARE = 0.05

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from unstall.cache.capacity import format_bytes
+from unstall.cache.capacity import entry_bytes, format_bytes
 from unstall.cache.files import (
     RECENT_NS,
     ItemLayer,
@@ -289,11 +289,6 @@ def paths_digest(paths: Sequence[str]) -> str:
     for p in paths:
         digest.update(p.encode("utf-8", "surrogateescape") + b"\0")
     return digest.hexdigest()
-
-
-def entry_bytes(mean_bytes: float) -> int:
-    """The bytes a segment plans per entry of about ``mean_bytes`` (room for larger ones)."""
-    return int(mean_bytes * 1.25) + 4096
 
 
 def bind_segment(

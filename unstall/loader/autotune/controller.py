@@ -27,15 +27,12 @@ from typing import Any
 from unstall import machine
 from unstall.loader import schedclock
 from unstall.loader.autotune import policy, resources
-from unstall.loader.autotune.policy import START_PREFETCH, START_WORKERS, warmup_batches
+from unstall.loader.autotune.policy import AUTO, START_PREFETCH, START_WORKERS, warmup_batches
 from unstall.loader.autotune.pool import TunedLoader, can_restart, restart_pool
 from unstall.loader.autotune.rule import GROW_WAIT, Budget, Decision, Window
 from unstall.loader.autotune.share import NodeShare, job_key
 
 log = logging.getLogger("unstall")
-
-#: The value that asks for tuning.
-AUTO = "auto"
 
 
 def wants_auto(num_workers: Any, prefetch_factor: Any) -> bool:

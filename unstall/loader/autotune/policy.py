@@ -29,6 +29,9 @@ from dataclasses import dataclass, replace
 
 from unstall.loader.autotune.rule import GROW_WAIT, IDLE, Budget, Decision, Window, decide
 
+#: The value that asks for tuning (``num_workers="auto"``, ``prefetch_factor="auto"``).
+AUTO = "auto"
+
 #: A window lasts at least this long and `WINDOW_BATCHES` batches (doubling once settled,
 #: to 8x).
 WINDOW_S = 0.3

@@ -16,7 +16,6 @@ import time
 from typing import Any
 
 from unstall import machine
-from unstall.loader.workers import torch_iter
 
 #: Share of the node's available memory new workers may take.
 MEMORY_SHARE = 0.5
@@ -78,6 +77,9 @@ def process_bytes(pid: int) -> int | None:
 def worker_bytes(raw: Any, loader: Any, prefetch: int) -> float | None:
     """Bytes per worker of torch iterator ``raw``'s pool: the mean proportional set size,
     plus its share of ``loader``'s zero-copy slots (``prefetch`` each); None if unmeasured."""
+    # here: the adapter imports torch, which the analyzer's own process (`cores_left`) lacks
+    from unstall.loader.workers import torch_iter
+
     sizes = []
     for proc in torch_iter.workers(raw):
         size = process_bytes(proc.pid) if proc.pid else None

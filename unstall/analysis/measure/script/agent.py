@@ -44,6 +44,7 @@ from unstall.analysis.measure.script.detection import detection_probe
 from unstall.analysis.measure.script.files import evict_first, evict_listed, prefill
 from unstall.analysis.measure.script.loaders import loader_rows
 from unstall.analysis.measure.script.ranks import claim_stop, read_stop
+from unstall.analysis.measure.script.runner import SYNTHETIC_SHARE
 from unstall.analysis.measure.script.samples import loader_sample_cache_facts
 from unstall.analysis.measure.steady import (
     Handout,
@@ -56,8 +57,6 @@ from unstall.analysis.measure.steady import (
 from unstall.loader import hooks, schedclock
 
 MODES = ("synthetic", "cold", "cached")
-#: The model-alone window's least seconds, as a share of the others'.
-SYNTHETIC_SHARE = 0.5
 
 
 @dataclass
@@ -288,6 +287,7 @@ class Agent:
             "num_workers": getattr(loader, "num_workers", 0),
             "prefetch_factor": getattr(loader, "prefetch_factor", None),
             "pin_memory": bool(getattr(loader, "pin_memory", False)),
+            "cuda": _cuda() if self.mode == "cold" else None,
             "batch_size": getattr(loader, "batch_size", None),
             "dataset": type(getattr(loader, "dataset", None)).__name__,
             "files": [path for path, _ in samples],
@@ -387,3 +387,14 @@ def install() -> None:
     hooks.add_observer(_agent)
     hang.arm(_agent.out)  # a run past its time is asked where it is
     atexit.register(_agent.write)  # a script that ends before the window is complete
+
+
+def _cuda() -> bool:
+    """A CUDA device is usable in the job's process (for the machine the analyzer prices,
+    which then need not import torch itself)."""
+    import torch
+
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # no usable torch.cuda: no CUDA
+        return False

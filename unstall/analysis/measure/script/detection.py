@@ -13,6 +13,7 @@ leaves as it is comes back with why, and is not priced.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -28,7 +29,13 @@ def detection_probe(dataset: Any, samples: int = DETECTION_SAMPLES) -> dict[str,
     (CPU seconds per sample of ``dataset[i]`` as it is and planned), ``{"adapt": None,
     "refused": why}`` where the plan leaves its pipeline as it is, None where ``dataset``
     is not a detection one (or a sample fails: the probe is optional). The generators the
-    script uses are left as they were."""
+    script uses are left as they were.
+
+    A process that never imported torchvision's ``transforms.v2`` holds no such pipeline:
+    the probe then returns None without importing it (the plan's modules import torchvision,
+    ~2 s of CPU a process, which a script without it would pay for nothing)."""
+    if "torchvision.transforms.v2" not in sys.modules:
+        return None
     import torch
 
     from unstall.adapt.detection import find_detection, planned_dataset

@@ -21,9 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from unstall.analysis.measure.machine import read_machine
-from unstall.analysis.measure.result import Measurement
-from unstall.analysis.measure.runs import Run
-from unstall.analysis.measure.script.agent import SYNTHETIC_SHARE
+from unstall.analysis.measure.result import Measurement, Run
 from unstall.analysis.measure.script.hang import run_script
 
 #: Seconds one run of the script may take before it is stopped.
@@ -31,6 +29,8 @@ RUN_TIMEOUT_S = 600
 #: (warm-up steps after the burst, least steps, least seconds, most seconds) per run.
 WINDOW = (10, 50, 20.0, 240.0)
 QUICK_WINDOW = (3, 12, 4.0, 60.0)
+#: The model-alone window's least seconds, as a share of the others' (the agent's rule).
+SYNTHETIC_SHARE = 0.5
 #: Lines of the script's output shown when a run fails.
 TAIL = 12
 
@@ -221,7 +221,7 @@ def measurement_of(
                 "as asked: figures from "
                 f"{len(doc['steps'])} steady steps"
             )
-    machine = read_machine()
+    machine = read_machine(cuda=cold.get("cuda"))
     return Measurement(
         workload=" ".join(command),
         mode="script",

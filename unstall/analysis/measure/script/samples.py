@@ -47,6 +47,7 @@ import torch
 
 from unstall import machine
 from unstall.analysis.measure.script.handoff import handoff_seconds
+from unstall.cache.capacity import entry_bytes
 from unstall.cache.files import file_version, tier_put
 from unstall.cache.points import codec
 from unstall.cache.points.determinism import Verdict, verdict_for
@@ -54,7 +55,6 @@ from unstall.cache.points.samples import (
     Refused,
     SampleCache,
     bind_segment,
-    entry_bytes,
     sample_files,
 )
 from unstall.loader.handoff import Arena, collate_into, pack
