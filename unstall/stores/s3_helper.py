@@ -29,6 +29,11 @@ class Helper:
     def __init__(self, settings: S3Settings, stats: SharedStats):
         self.settings = settings
         self.pid = os.getpid()
+        # imported here, not first in the child: a fork while another thread of this process
+        # is importing leaves that import's lock broken in the child, whose own import then
+        # fails (``KeyError`` in importlib's module lock); importing obstore starts no runtime
+        import obstore.store  # noqa: F401
+
         ctx = multiprocessing.get_context("fork")
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(
