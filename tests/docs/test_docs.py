@@ -255,14 +255,9 @@ def test_new_pages_render_in_headless_chromium(site, page, tmp_path_factory):
     out = tmp_path_factory.mktemp("shots")
     shot = out / (page.strip("/") + ".png")
     common = ["--window-size=1280,2200", "--virtual-time-budget=5000", url + page]
-    subprocess.run(
-        [*chromium_flags(out, "--hide-scrollbars"), f"--screenshot={shot}", *common],
-        check=True,
-        timeout=90,
-        capture_output=True,
-    )
+    # one launch: headless Chromium takes both commands (the DOM, then the screenshot)
     dom = subprocess.run(
-        [*chromium_flags(out), "--dump-dom", *common],
+        [*chromium_flags(out, "--hide-scrollbars"), f"--screenshot={shot}", "--dump-dom", *common],
         check=True,
         timeout=90,
         capture_output=True,
