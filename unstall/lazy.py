@@ -40,3 +40,9 @@ def lazy_exports(
         return sorted({*vars(sys.modules[package]), *homes})
 
     return __getattr__, __dir__
+
+
+def homes_of(groups: dict[str, str]) -> dict[str, str]:
+    """``{module: "Name other_name ..."}`` as `lazy_exports`'s ``homes`` (name -> module):
+    a package's names written a module a line."""
+    return {name: module for module, names in groups.items() for name in names.split()}

@@ -29,7 +29,7 @@ from unstall.analysis.recommend.auto import (
 from unstall.analysis.recommend.option import Job, replaced
 from unstall.analysis.recommend.search import recommend
 from unstall.analysis.report.words import row, undone_text
-from unstall.loader.autotune import AutoTuner
+from unstall.loader.autotune.controller import AutoTuner
 from unstall.loader.autotune.policy import FIRST_WINDOW_S, START_WORKERS, WARMUP_ROUNDS
 
 ROOT = Path(__file__).resolve().parents[2]

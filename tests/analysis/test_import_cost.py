@@ -42,15 +42,6 @@ def test_the_analyzers_process_prices_without_torch():
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_cache_list_runs_without_torch(tmp_path):
-    done = without_torch(
-        f"import os; os.environ['UNSTALL_CACHE_DIR'] = {str(tmp_path)!r}\n"
-        "from unstall.cli import main\n"
-        "sys.exit(main(['cache', 'list']))\n"
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-
-
 def test_the_detection_probe_leaves_a_job_without_torchvision_as_it_is(monkeypatch):
     class Boxes:  # would fail the probe loudly if it were looked at
         def __len__(self) -> int:

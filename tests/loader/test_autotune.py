@@ -17,10 +17,10 @@ import pytest
 import torch
 
 import unstall
-from unstall.loader.autotune import Budget, NodeShare, Window, decide, resources
+from unstall.loader.autotune import Budget, Window, decide, resources
 from unstall.loader.autotune.controller import START_WORKERS
 from unstall.loader.autotune.resources import cores_left, memory_ceiling
-from unstall.loader.autotune.share import SHARE_PREFIX
+from unstall.loader.autotune.share import SHARE_PREFIX, NodeShare
 from unstall.loader.handoff import leftover_slots
 from unstall.loader.handoff.slots import slot_dir
 

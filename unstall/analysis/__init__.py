@@ -18,40 +18,21 @@ types and constants of earlier ones); it calls no earlier stage's functions, exc
 that the recommend stage prices its candidates with the model's `predict`. Nothing
 after `measure` measures; the report prices nothing, it lays out (and chooses what to show:
 a fetch stall only where fetch can limit the rate, a curve only where it moves).
+
+Nothing here imports torch: ``unstall analyze -- python train.py`` prices the script's runs
+in a process of its own without it. The in-process mode's `Workload` (which does) is imported
+from `unstall.analysis.measure.workload`.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from unstall.lazy import lazy_exports
-
-_HOMES = {
-    "Analysis": "unstall.analysis.model.stage",
-    "Config": "unstall.analysis.model.predict",
-    "Rates": "unstall.analysis.rates.result",
-    "Workload": "unstall.analysis.measure.workload",
-    "analyze": "unstall.analysis.pipeline",
-    "analyze_script": "unstall.analysis.pipeline",
-    "analyze_workload": "unstall.analysis.pipeline",
-    "predict": "unstall.analysis.model.predict",
-    "report_of": "unstall.analysis.pipeline",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
-
-if TYPE_CHECKING:
-    from unstall.analysis.measure.workload import Workload
-    from unstall.analysis.model.predict import Config, predict
-    from unstall.analysis.model.stage import Analysis
-    from unstall.analysis.pipeline import analyze, analyze_script, analyze_workload, report_of
-    from unstall.analysis.rates.result import Rates
+from unstall.analysis.model.predict import Config, predict
+from unstall.analysis.model.stage import Analysis
+from unstall.analysis.pipeline import analyze, analyze_script, analyze_workload, report_of
+from unstall.analysis.rates.result import Rates
 
 __all__ = [
     "Analysis",
     "Config",
     "Rates",
-    "Workload",
     "analyze",
     "analyze_script",
     "analyze_workload",

@@ -16,55 +16,18 @@ Names load on first use (`installed` names the decoder without torch).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from unstall.lazy import homes_of, lazy_exports
 
-from unstall.lazy import lazy_exports
-
-_HOMES = {
-    "available_decoder": "unstall.gpu.engine",
-    "cpu_decoder": "unstall.gpu.decode",
-    "crop_flip_normalize": "unstall.gpu.augment",
-    "decoder_choice": "unstall.gpu.engine",
-    "Engine": "unstall.gpu.engine",
-    "EngineError": "unstall.gpu.fallback",
-    "FallbackEngine": "unstall.gpu.fallback",
-    "gpu_prep_rate": "unstall.gpu.probe",
-    "GpuDecoder": "unstall.gpu.decode",
-    "pad_batch": "unstall.gpu.augment",
-    "pick_decoder": "unstall.gpu.decode",
-    "pick_engine": "unstall.gpu.engine",
-    "reference_crop_flip_normalize": "unstall.gpu.augment",
-    "TorchEngine": "unstall.gpu.engine",
-}
+_HOMES = homes_of(
+    {
+        "unstall.gpu.augment": "crop_flip_normalize pad_batch reference_crop_flip_normalize",
+        "unstall.gpu.decode": "cpu_decoder GpuDecoder pick_decoder",
+        "unstall.gpu.engine": "available_decoder decoder_choice Engine pick_engine TorchEngine",
+        "unstall.gpu.fallback": "EngineError FallbackEngine",
+        "unstall.gpu.probe": "gpu_prep_rate",
+    }
+)
 
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES)
 
-if TYPE_CHECKING:
-    from unstall.gpu.augment import crop_flip_normalize, pad_batch, reference_crop_flip_normalize
-    from unstall.gpu.decode import GpuDecoder, cpu_decoder, pick_decoder
-    from unstall.gpu.engine import (
-        Engine,
-        TorchEngine,
-        available_decoder,
-        decoder_choice,
-        pick_engine,
-    )
-    from unstall.gpu.fallback import EngineError, FallbackEngine
-    from unstall.gpu.probe import gpu_prep_rate
-
-__all__ = [
-    "Engine",
-    "EngineError",
-    "FallbackEngine",
-    "GpuDecoder",
-    "TorchEngine",
-    "available_decoder",
-    "cpu_decoder",
-    "crop_flip_normalize",
-    "decoder_choice",
-    "gpu_prep_rate",
-    "pad_batch",
-    "pick_decoder",
-    "pick_engine",
-    "reference_crop_flip_normalize",
-]
+__all__ = sorted(_HOMES)

@@ -4,7 +4,7 @@ config file's.
 `LoaderArgs` holds the arguments as given, one typed field each (`loader_args`: with a
 config file's over them). The steps that decide from them return what they decide, a new
 `LoaderArgs` (``dataclasses.replace``) or a small result, and `DataLoader.__init__` takes
-it: the adapt step (`adapt`), ``"auto"`` (`unstall.loader.autotune.take_auto`), an
+it: the adapt step (`adapt`), ``"auto"`` (`unstall.loader.autotune.controller.take_auto`), an
 iterable dataset's file cache (`unstall.loader.file_hook.for_passthrough`). torch's options
 are checked by torch itself (`DataLoader` builds a torch loader from the same arguments
 first, `torch_arguments`), so every bad value or combination gets torch's own error.
@@ -52,7 +52,7 @@ class LoaderArgs:
     """Every argument of `unstall.DataLoader` but its dataset, as given (see its docstring):
     torch's, then unstall's own. Not checked: torch checks its own (`torch_arguments`),
     `LoaderSettings.resolve` unstall's; ``num_workers``/``prefetch_factor`` may still be
-    ``"auto"`` until `unstall.loader.autotune.take_auto` has chosen the starting pool."""
+    ``"auto"`` until `unstall.loader.autotune.controller.take_auto` has chosen the starting pool."""
 
     batch_size: int | None = 1
     shuffle: bool | None = None

@@ -5,37 +5,17 @@ Each is map-style (samples by index) with ``fetch``/``prepare`` like
 coordination apply unchanged. See ``ShardDataset`` for the read modes and
 ``order`` for the shuffle modes; ``ShardFormat`` for the hooks a format implements and
 ``registry.FORMATS`` for the formats by name.
-
-Names load on first use: ``unstall cache list`` reads the shards' local copies without torch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from unstall.lazy import lazy_exports
-
-_HOMES = {
-    "expand": "unstall.data.shards.urls",
-    "MDSShards": "unstall.data.shards.mds",
-    "ParquetShards": "unstall.data.shards.parquet",
-    "ShardDataset": "unstall.data.shards.dataset",
-    "ShardFormat": "unstall.data.shards.format",
-    "ShardFormatError": "unstall.data.shards.tar",
-    "ShardTable": "unstall.data.shards.index",
-    "TarShards": "unstall.data.shards.tar",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _HOMES)
-
-if TYPE_CHECKING:
-    from unstall.data.shards.dataset import ShardDataset
-    from unstall.data.shards.format import ShardFormat
-    from unstall.data.shards.index import ShardTable
-    from unstall.data.shards.mds import MDSShards
-    from unstall.data.shards.parquet import ParquetShards
-    from unstall.data.shards.tar import ShardFormatError, TarShards
-    from unstall.data.shards.urls import expand
+from unstall.data.shards.dataset import ShardDataset
+from unstall.data.shards.format import ShardFormat
+from unstall.data.shards.index import ShardTable
+from unstall.data.shards.mds import MDSShards
+from unstall.data.shards.parquet import ParquetShards
+from unstall.data.shards.tar import ShardFormatError, TarShards
+from unstall.data.shards.urls import expand
 
 __all__ = [
     "MDSShards",
