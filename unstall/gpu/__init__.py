@@ -11,6 +11,7 @@ chroma upsampling and antialiased resize. GPU libraries are optional (``pip inst
 'unstall[dali]'``, ``'unstall[dali-cu12]'`` or ``'unstall[gpu]'``) and imported only
 when used; everything also runs on the CPU. `gpu_prep_rate` measures the stage's own
 rate on a job's files, for ``unstall analyze``.
+
 Names load on first use (`installed` names the decoder without torch).
 """
 

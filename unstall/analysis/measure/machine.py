@@ -31,7 +31,7 @@ class Machine:
 def read_machine(cuda: bool | None = None) -> Machine:
     """This node as it is now; ``cuda`` as the job's process found it (None: asked here, which
     imports torch)."""
-    usable = _cuda() if cuda is None else cuda
+    usable = cuda_usable() if cuda is None else cuda
     return Machine(machine.cores_available(), _cache_room(), usable, _gpu_decoder(usable))
 
 
@@ -44,7 +44,9 @@ def _cache_room() -> float | None:
     return free if available is None else min(free, available // 2)
 
 
-def _cuda() -> bool:
+def cuda_usable() -> bool:
+    """A CUDA device is usable in this process (imports torch): the job's process asks it for
+    the analyzer, whose own process then need not import torch (`read_machine`'s ``cuda``)."""
     try:
         import torch
 

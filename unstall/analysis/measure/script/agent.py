@@ -38,6 +38,7 @@ from typing import Any
 
 from unstall import machine
 from unstall.analysis.measure.lean import job_samples, lean_probe
+from unstall.analysis.measure.machine import cuda_usable
 from unstall.analysis.measure.procstat import snapshot, wait_idle, workers_cpu
 from unstall.analysis.measure.script import files, hang
 from unstall.analysis.measure.script.detection import detection_probe
@@ -287,7 +288,7 @@ class Agent:
             "num_workers": getattr(loader, "num_workers", 0),
             "prefetch_factor": getattr(loader, "prefetch_factor", None),
             "pin_memory": bool(getattr(loader, "pin_memory", False)),
-            "cuda": _cuda() if self.mode == "cold" else None,
+            "cuda": cuda_usable() if self.mode == "cold" else None,
             "batch_size": getattr(loader, "batch_size", None),
             "dataset": type(getattr(loader, "dataset", None)).__name__,
             "files": [path for path, _ in samples],
@@ -387,14 +388,3 @@ def install() -> None:
     hooks.add_observer(_agent)
     hang.arm(_agent.out)  # a run past its time is asked where it is
     atexit.register(_agent.write)  # a script that ends before the window is complete
-
-
-def _cuda() -> bool:
-    """A CUDA device is usable in the job's process (for the machine the analyzer prices,
-    which then need not import torch itself)."""
-    import torch
-
-    try:
-        return bool(torch.cuda.is_available())
-    except Exception:  # no usable torch.cuda: no CUDA
-        return False
