@@ -94,6 +94,19 @@ def test_train_reports_every_variant_and_the_ratio(tmp_path, monkeypatch):
     assert [r["case"] for r in out["rows"]][:3] == [SYNTHETIC, TORCH, LEAN]
     assert variants[LEAN]["main_cpu_ms_per_batch"] > 0 and variants[LEAN]["stage_ms_per_batch"] > 0
     assert "stage_ms_per_batch" not in variants[TORCH]  # torch's loader has no stats
+    # the GPU stage's engine alone on the same JPEGs, beside what each GPU-stage variant delivered
+    stage = out["gpu_stage"]
+    staged = [n for n in (GPU_PREP, HYBRID) if n in variants]
+    assert list(stage["variants"]) == staged and stage["engine_alone_per_s"] > 0
+    for name in staged:
+        got = stage["variants"][name]
+        assert got["delivered_per_s"] == pytest.approx(variants[name]["samples_per_s"], abs=0.1)
+        assert got["stage_measured_per_s"] == variants[name]["prep_plan"]["gpu_rate_per_s"]
+        assert got["delivered_over_alone"] == pytest.approx(
+            got["delivered_per_s"] / stage["engine_alone_per_s"], abs=1e-3
+        )
+    assert stage["engine"] == variants[staged[0]]["prep_plan"]["engine"]
+    assert ("engine_alone_page_locked_per_s" in stage) == torch.cuda.is_available()
 
 
 def test_cli_passes_model_only_to_benchmarks_that_take_it(monkeypatch):

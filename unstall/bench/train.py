@@ -8,15 +8,17 @@ device); ``unstall gpu-prep`` (``prep="gpu"``; skipped without CUDA or a usable 
 decoder); ``unstall hybrid`` (``prep="hybrid"``: the workers prepare a share of every
 batch, the GPU stage the rest; its engine runs on the CPU without CUDA); ``DALI (own
 pipeline)`` (DALI's own ResNet input pipeline, the rate to compare with; skipped without
-DALI). Per unstall variant the JSON has ``main_cpu_ms_per_batch`` (the CPU of the
-training loop's thread in the loader's ``__next__``) and, for the GPU stage,
-``stage_cpu_ms_per_batch`` (its own thread's CPU), ``engine_ms_per_batch`` (CUDA
-events on a GPU), the DALI feed's, output wait's and copy's ms per batch, the decoder
-settings in use and chosen by measurement (``dali_hw_decoder_load``, ``dali_threads``,
-``decoder_chosen``, ``decoder_rates``) and each side's measured rate. Goals on an
-H100/H200 with 16 cores (``detail.goal``, issue 47): ResNet-18 >= 0.95 of G and >= 1.15x
-DALI's own pipeline, ResNet-50 >= 0.99 of G, <= 3 ms of the loop thread's CPU per batch
-for every unstall variant. Without CUDA the same code runs tiny on the CPU, so it can
+DALI). ``detail.gpu_stage`` times the GPU stage's engine alone on the same JPEGs (as
+`unstall analyze` prices it; on CUDA also from page-locked memory) beside the rate it kept
+in the loader (`unstall.bench.train_stage`). Per unstall variant the JSON has
+``main_cpu_ms_per_batch`` (the CPU of the training loop's thread in the loader's
+``__next__``) and, for the GPU stage, ``stage_cpu_ms_per_batch`` (its own thread's CPU),
+``engine_ms_per_batch`` (CUDA events on a GPU), the DALI feed's, output wait's and copy's ms
+per batch, the decoder settings in use and chosen by measurement (``dali_hw_decoder_load``,
+``dali_threads``, ``decoder_chosen``, ``decoder_rates``) and each side's measured rate.
+Goals on an H100/H200 with 16 cores (``detail.goal``, issue 47): ResNet-18 >= 0.95 of G and
+>= 1.15x DALI's own pipeline, ResNet-50 >= 0.99 of G, <= 3 ms of the loop thread's CPU per
+batch for every unstall variant. Without CUDA the same code runs tiny on the CPU, so it can
 be tested; those figures are not the GPU goal.
 """
 
@@ -36,6 +38,7 @@ from unstall import machine
 from unstall.bench.harness import BenchResult, Measurement, frozen_heap, ratio_of, row
 from unstall.bench.local import PerSample
 from unstall.bench.train_dali import dali_own
+from unstall.bench.train_stage import said, stage_check
 from unstall.data import ImageFolder
 from unstall.loader import DataLoader
 from unstall.loader.device import NormalizeImages
@@ -288,9 +291,14 @@ def _run_with(s: TrainSettings, console: Any) -> BenchResult:
                         f"{plan.get('dali_threads')} DALI threads"
                     )
             say(f"  {name:18s} {rate:10,.1f} samples/s, {rate / g_rate:.2f} of G{extra}")
+        staged = [n for n in (GPU_PREP, HYBRID) if "prep_plan" in host.get(n, {})]
+        ran = {n: (_rate(runs[n]), host[n]["prep_plan"]) for n in staged}
+        stage = stage_check(root, s.device, s.batch_size, s.image_size, ran)
+        if stage is not None:
+            say(said(stage))
     finally:
         torch.backends.cudnn.benchmark = benchmark_flag
-    return _result(s, runs, skipped, where, host)
+    return _result(s, runs, skipped, where, host, stage)
 
 
 def host_costs(stats: dict[str, Any]) -> dict[str, Any]:
@@ -319,6 +327,7 @@ def _result(
     skipped: dict[str, str],
     where: str,
     host: dict[str, dict[str, Any]],
+    stage: dict[str, Any] | None = None,
 ) -> BenchResult:
     g_rate, torch_rate = _rate(runs[SYNTHETIC]), _rate(runs[TORCH])
     figures, rows = {}, []
@@ -372,6 +381,7 @@ def _result(
                 (h["main_cpu_ms_per_batch"] for h in host.values()), default=None
             ),
             "config": {**asdict(s), "images": s.images},
+            "gpu_stage": stage,
         },
         notes=[
             *([cpu_note] if s.device == "cpu" else []),
