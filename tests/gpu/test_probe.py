@@ -8,6 +8,7 @@ import torch
 from tests.conftest import write_jpegs
 from unstall.analysis.model.predict import Config
 from unstall.analysis.rates.result import Rates
+from unstall.analysis.recommend import remedies as remedies_module
 from unstall.analysis.recommend.option import Job
 from unstall.analysis.recommend.remedies import Seen, remedies
 from unstall.analysis.report.words import row
@@ -43,7 +44,7 @@ def test_on_cuda_the_gpu_stage_is_timed(files):
     assert got is not None and got["gpu_per_s"] > 0
 
 
-def test_the_gpu_remedy_is_priced_only_from_a_measured_rate():
+def test_the_gpu_remedy_is_priced_only_from_a_measured_rate(monkeypatch):
     rates = Rates(ingestion=5000.0, prep_cpu_s=0.004, cores=8, sample_bytes=1e5,
                   bandwidth=1e10, latency_s=0.0)  # fmt: skip
     base = Config(workers=8, batch_size=256, inflight=16)
@@ -54,6 +55,12 @@ def test_the_gpu_remedy_is_priced_only_from_a_measured_rate():
     def gpu_row(**seen) -> dict:
         return next(row(o) for o in remedies(job, Seen(**seen)) if o.remedy == "gpu")
 
+    # the engine alone is not what the loader gets from it at present: listed, not priced
+    gpu = gpu_row(cuda=True, decoder=decoder, gpu=probe)
+    assert gpu["predicted_samples_per_s"] is None and gpu["unpriced"] == "stage_short"
+    assert "prepares 2,500 images/s alone" in gpu["not_applicable"] and gpu["probe"] == probe
+    assert "prep='lean'" in gpu["not_applicable"]
+    monkeypatch.setattr(remedies_module, "GPU_STAGE_PRICED", True)  # once the stage keeps it
     gpu = gpu_row(cuda=True, decoder=decoder, gpu=probe)
     assert gpu["predicted_samples_per_s"] == 4500.0 and gpu["probe"] == probe  # 2,000 + 2,500
     probe["gpu_per_s"] = 9000.0  # together past the model's own rate: capped by G

@@ -154,18 +154,33 @@ def _lean(job: Job, probe: dict[str, Any] | None) -> Option:
     )
 
 
+#: Whether the GPU stage's engine timed alone (`unstall.gpu.gpu_prep_rate`) stands for what
+#: the loader gets from it. Not at present: on an H200 (`bench train`, 2026-11-29) the engine
+#: alone ran several times faster than `prep="gpu"` delivered, and the GPU variants delivered
+#: less than lean batches; the option is listed with the engine's rate, not priced, until
+#: `bench train`'s ``gpu_stage`` shows the loader keeping the engine's rate.
+GPU_STAGE_PRICED = False
+
+
 def _gpu(job: Job, seen: Seen) -> Option:
     """GPU decode (`prep="auto"|"gpu"|"hybrid"`): priced where the GPU stage's rate was
-    measured on the job's files on this machine (`unstall.gpu.gpu_prep_rate`): the CPU
-    workers' rate as measured plus the GPU stage's, capped by what else limits the job (its
-    model's rate G, fetch, the loop); else listed with what it lacks, never guessed. A
-    recognized torchvision dataset takes it as a config, unedited."""
+    measured on the job's files on this machine (`unstall.gpu.gpu_prep_rate`) and that rate
+    stands for the loader's (`GPU_STAGE_PRICED`): the CPU workers' rate as measured plus the
+    GPU stage's, capped by what else limits the job (its model's rate G, fetch, the loop);
+    else listed with what it lacks or why, never guessed. A recognized torchvision dataset
+    takes it as a config, unedited."""
     adapt = (seen.lean or {}).get("adapt")
     config = {"kwargs": {"prep": "auto"}} if adapt else None
     facts = {"decoder": seen.decoder, **({"adapt": adapt} if adapt else {})}
     needs = None if adapt else EDIT
     probe = seen.gpu
-    if seen.cuda and seen.decoder is not None and probe and probe.get("gpu_per_s"):
+    measured = seen.cuda and seen.decoder is not None and probe and probe.get("gpu_per_s")
+    if measured and not GPU_STAGE_PRICED:
+        return option(
+            "gpu", job.measured, config=config, needs=needs, unpriced="stage_short",
+            probe=probe, **facts,
+        )  # fmt: skip
+    if measured:
         cap = predict(replace(job.rates, prep_cpu_s=0.0), job.base)
         price = min(cap.samples_per_s, job.measured + probe["gpu_per_s"])
         return option(

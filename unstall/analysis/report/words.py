@@ -37,6 +37,12 @@ UNPRICED = {
         "not measured: {decoder} is importable, but the job lists no JPEG files to time it on",
     ),
     "no_cuda": ("not_measured", "not measured: no CUDA device on this machine"),
+    "stage_short": (
+        "not_applicable",
+        "not priced: {decoder} prepares {probe[gpu_per_s]:,.0f} images/s alone on these files, "
+        "but the loader's GPU stage delivers far less than its engine (measured on an H200: "
+        "below lean batches); use prep='lean' (or the CPU workers) on a GPU for now",
+    ),
     "no_decoder": (
         "not_measured",
         "not measured: no GPU decoder installed (pip install 'unstall[dali]')",
