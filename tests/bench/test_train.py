@@ -106,6 +106,7 @@ def test_train_reports_every_variant_and_the_ratio(tmp_path, monkeypatch):
             got["delivered_per_s"] / stage["engine_alone_per_s"], abs=1e-3
         )
     assert stage["engine"] == variants[staged[0]]["prep_plan"]["engine"]
+    assert stage["stage_alone_per_s"] > 0 and stage["loader_alone_per_s"] > 0
     assert ("engine_alone_page_locked_per_s" in stage) == torch.cuda.is_available()
 
 

@@ -293,7 +293,7 @@ def _run_with(s: TrainSettings, console: Any) -> BenchResult:
             say(f"  {name:18s} {rate:10,.1f} samples/s, {rate / g_rate:.2f} of G{extra}")
         staged = [n for n in (GPU_PREP, HYBRID) if "prep_plan" in host.get(n, {})]
         ran = {n: (_rate(runs[n]), host[n]["prep_plan"]) for n in staged}
-        stage = stage_check(root, s.device, s.batch_size, s.image_size, ran)
+        stage = stage_check(root, s.device, s.batch_size, s.image_size, s.workers, ran)
         if stage is not None:
             say(said(stage))
     finally:

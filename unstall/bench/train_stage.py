@@ -6,7 +6,12 @@ batches packed as the workers would, the engine fed from this thread, nothing el
 GPU), once from ordinary memory and, on CUDA, once from page-locked memory (where the
 loader's zero-copy slots keep a batch's bytes). Beside it, what each GPU-stage variant
 delivered in training (``prep="gpu"``: every sample through that engine; hybrid: a share)
-and the rate its share controller measured for the stage. When the engine alone is several
+and the rate its share controller measured for the stage. Two more timings split the
+distance between the engine alone and the loader, no model in either: the stage as the
+loader runs it (`unstall.gpu.plugin.stage_parts`' prep behind a `DeviceStage`: its thread,
+side stream and two batches in flight) on batches packed in this process (``stage_alone``),
+and the loader with ``prep="gpu"`` (its workers and zero-copy slots too: ``loader_alone``).
+When the engine alone is several
 times what ``prep="gpu"`` delivered, the loss is in the stage around the engine, not in
 decoding: what an H200 showed on 2026-11-29 (the engine alone ~30,000 images/s in a scratch
 run, ``prep="gpu"`` 2,300-3,900).
@@ -15,14 +20,23 @@ run, ``prep="gpu"`` 2,300-3,900).
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import torch
 
+from unstall.data import ImageFolder
+from unstall.gpu.plugin import stage_parts
 from unstall.gpu.probe import gpu_prep_rate
+from unstall.loader import DataLoader
+from unstall.loader.device import DeviceStage
+from unstall.pipeline import ImagePipeline
+from unstall.stores import LocalStore
 
 #: Timed batches of the engine alone, after one warm-up batch (its pipeline's build).
 BATCHES = 8
+#: The stage alone and the loader alone: warm-up batches, timed batches; batches packed.
+WARMUP, TIMED, STAGE_BATCHES = 4, 24, 8
 
 
 def stage_check(
@@ -30,6 +44,7 @@ def stage_check(
     device: str,
     batch_size: int,
     image_size: int,
+    workers: int,
     ran: dict[str, tuple[float, dict[str, Any]]],
 ) -> dict[str, Any] | None:
     """The engine alone on ``root``'s JPEGs beside each GPU-stage variant that ran (``ran``:
@@ -47,6 +62,8 @@ def stage_check(
     if dev.type == "cuda":
         locked = gpu_prep_rate(files, device=dev, page_locked=True, **shape)
         out["engine_alone_page_locked_per_s"] = locked["gpu_per_s"] if locked else None
+    out["stage_alone_per_s"] = round(stage_alone(root, dev, batch_size, image_size), 1)
+    out["loader_alone_per_s"] = round(loader_alone(root, dev, batch_size, image_size, workers), 1)
     out["variants"] = {
         name: {
             "delivered_per_s": round(rate, 1),
@@ -58,18 +75,88 @@ def stage_check(
     return out
 
 
+def stage_alone(root: str, device: torch.device, batch_size: int, image_size: int) -> float:
+    """Images/s of the GPU stage as the loader runs it (``prep="gpu"``'s parts behind a
+    `DeviceStage`, one batch ahead), on batches packed here from ``root``, no workers."""
+    dataset = ImageFolder(LocalStore(root), transform=ImagePipeline(image_size))
+    parts = stage_parts(dataset, dataset.transform, device, "gpu", batch_size, 1)
+    if parts is None:
+        return 0.0
+    _, view, collate, prep = parts
+    packed = [
+        collate([view[i] for i in range(k * batch_size, (k + 1) * batch_size)])
+        for k in range(min(STAGE_BATCHES, len(dataset) // batch_size))
+    ]
+    stage = DeviceStage(device, None, prep=prep)
+    try:
+        ahead = stage.submit(packed[0])
+        for i in range(1, WARMUP + 1):  # the engine's build and first batches
+            handle = stage.submit(packed[i % len(packed)])
+            stage.finish(ahead)
+            ahead = handle
+        _sync(device)
+        start = time.perf_counter()
+        for i in range(TIMED):
+            handle = stage.submit(packed[i % len(packed)])
+            stage.finish(ahead)
+            ahead = handle
+        _sync(device)
+        rate = TIMED * batch_size / (time.perf_counter() - start)
+        stage.finish(ahead)
+    finally:
+        stage.close()
+        prep.close()
+    return rate
+
+
+def loader_alone(
+    root: str, device: torch.device, batch_size: int, image_size: int, workers: int
+) -> float:
+    """Images/s the loader with ``prep="gpu"`` hands out with nothing else running."""
+    dataset = ImageFolder(LocalStore(root), transform=ImagePipeline(image_size))
+    loader = DataLoader(
+        dataset, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=workers,
+        prep="gpu", device=device,
+    )  # fmt: skip
+    count = len(dataset) // batch_size  # one epoch: no second start of the workers
+    warm = min(WARMUP, count // 2)
+    timed = min(TIMED, count - warm)
+    batches = iter(loader)
+    try:
+        for _ in range(warm):
+            next(batches)
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(timed):
+            next(batches)
+        _sync(device)
+        return timed * batch_size / (time.perf_counter() - start)
+    finally:
+        del batches
+        loader.close()
+
+
 def said(check: dict[str, Any]) -> str:
     """One line for the console."""
     text = f"  GPU stage: its engine alone {check['engine_alone_per_s']:,.0f} images/s"
     locked = check.get("engine_alone_page_locked_per_s")
     if locked:
         text += f" ({locked:,.0f}/s from page-locked memory)"
+    text += (
+        f"; as the loader runs it, batches packed here {check['stage_alone_per_s']:,.0f}/s;"
+        f" the loader, prep='gpu', no model {check['loader_alone_per_s']:,.0f}/s"
+    )
     for name, v in check["variants"].items():
         text += (
             f"; {name} delivered {v['delivered_per_s']:,.0f}/s"
             f" ({v['delivered_over_alone']:.2f} of it)"
         )
     return text
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _files(root: str, count: int) -> list[str]:
