@@ -134,3 +134,23 @@ def test_cli_passes_model_only_to_benchmarks_that_take_it(monkeypatch):
     }
     with pytest.raises(SystemExit):
         main(["bench", "train", "--model", "vgg16"])
+
+
+def test_a_failing_stage_timing_is_said_and_costs_the_bench_nothing(tmp_path, monkeypatch):
+    from tests.conftest import write_jpegs
+    from unstall.bench import train_stage
+
+    root = write_jpegs(tmp_path, 8, classes=2, seed=1)
+
+    def broken(*args: Any) -> float:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(train_stage, "stage_alone", broken)
+    monkeypatch.setattr(train_stage, "loader_alone", lambda *args: 123.44)
+    ran = {HYBRID: (10.0, {"gpu_rate_per_s": 5.0})}
+    check = train_stage.stage_check(str(root), "cpu", 4, 64, 1, ran)
+    assert check["stage_alone_per_s"] is None and check["stage_alone_error"] == "RuntimeError: boom"
+    assert check["loader_alone_per_s"] == 123.4 and "loader_alone_error" not in check
+    assert check["variants"][HYBRID]["delivered_per_s"] == 10.0 and check["engine_alone_per_s"] > 0
+    assert "RuntimeError: boom" in train_stage.said(check) and "123/s" in train_stage.said(check)
+    assert train_stage.stage_check(str(root), "cpu", 4, 64, 1, {}) is None  # no GPU variant ran

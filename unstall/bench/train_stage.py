@@ -62,8 +62,15 @@ def stage_check(
     if dev.type == "cuda":
         locked = gpu_prep_rate(files, device=dev, page_locked=True, **shape)
         out["engine_alone_page_locked_per_s"] = locked["gpu_per_s"] if locked else None
-    out["stage_alone_per_s"] = round(stage_alone(root, dev, batch_size, image_size), 1)
-    out["loader_alone_per_s"] = round(loader_alone(root, dev, batch_size, image_size, workers), 1)
+    for key, timing in (
+        ("stage_alone_per_s", lambda: stage_alone(root, dev, batch_size, image_size)),
+        ("loader_alone_per_s", lambda: loader_alone(root, dev, batch_size, image_size, workers)),
+    ):
+        try:  # a diagnosis: its failure is said, and never costs the bench its rows
+            out[key] = round(timing(), 1)
+        except Exception as exc:
+            out[key] = None
+            out[key.replace("_per_s", "_error")] = f"{type(exc).__name__}: {exc}"[:300]
     out["variants"] = {
         name: {
             "delivered_per_s": round(rate, 1),
@@ -142,10 +149,12 @@ def said(check: dict[str, Any]) -> str:
     locked = check.get("engine_alone_page_locked_per_s")
     if locked:
         text += f" ({locked:,.0f}/s from page-locked memory)"
-    text += (
-        f"; as the loader runs it, batches packed here {check['stage_alone_per_s']:,.0f}/s;"
-        f" the loader, prep='gpu', no model {check['loader_alone_per_s']:,.0f}/s"
-    )
+    for key, what in (
+        ("stage_alone", "as the loader runs it, batches packed here"),
+        ("loader_alone", "the loader, prep='gpu', no model"),
+    ):
+        rate = check[f"{key}_per_s"]
+        text += f"; {what} " + (f"{rate:,.0f}/s" if rate is not None else check[f"{key}_error"])
     for name, v in check["variants"].items():
         text += (
             f"; {name} delivered {v['delivered_per_s']:,.0f}/s"
