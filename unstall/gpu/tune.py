@@ -11,8 +11,9 @@ of batches with the settings in use, then one neighbouring setting (threads doub
 or halved, the share one step up or down, or both the way they trade), kept when it
 pays (its rate at least ``pays`` above), else dropped; from a kept setting its
 untried neighbours are tried, until none pays or ``max_trials`` were tried, and it
-ends on the best setting measured. The first ``settle`` batches after a change are
-not counted (they were fed before it, and the new pipeline's build is paid once).
+ends on the best setting measured. The first ``settle`` batches after a change, and
+at the start, are not counted (they were fed before it, and a pipeline's build is
+paid once: counted, it made the start look slow and every neighbour pay).
 `HybridPrep` gives it each batch's engine time (CUDA events) and applies what it
 returns with ``engine.retune``; `plugin` starts one where DALI runs the ``mixed``
 decoder on a GPU.
@@ -77,7 +78,9 @@ class DecoderTuner:
         self.rates: dict[Setting, float] = {}  # every setting measured: samples/s
         self.trials = 0
         self.done = False
-        self._skip = 0  # batches still to skip after a change
+        # batches still to skip: after a change, and at the start (the pipeline's build and
+        # first batches: an H200's first window read 778/s where the setting runs ~28,800/s)
+        self._skip = settle
         self._samples = 0
         self._seconds = 0.0
         self._batches = 0
