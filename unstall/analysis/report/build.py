@@ -9,6 +9,7 @@ import platform
 from typing import Any
 
 from unstall.analysis.model.stage import Analysis
+from unstall.analysis.rates.script import MODEL_SLOWED
 from unstall.analysis.recommend.stage import Advice
 from unstall.analysis.report import words
 
@@ -37,11 +38,18 @@ def sentence(a: Analysis) -> str:
     g = d.rates.ingestion
     measured = d.measured
     if a.bottleneck == "compute":
-        return (
+        text = (
             f"Compute-bound: the model is busy {s['compute']:.0%} of the time "
-            f"({measured:,.0f} of its {g:,.0f} samples/s); faster data loading would not "
-            "speed this job up."
+            f"({measured:,.0f} of its {g:,.0f} samples/s"
         )
+        alone = d.extra.get("ingestion_rate_alone") or 0.0
+        if alone * MODEL_SLOWED > g:  # slowed beside the loader (the analysis took this rate)
+            return text + (
+                f"; {alone:,.0f}/s alone): the workers (or other jobs) take CPU from the "
+                "model's own process, so fewer workers or less work per sample could speed "
+                "this job up."
+            )
+        return text + "); faster data loading would not speed this job up."
     if a.bottleneck == "prep":
         p = a.prep_rate
         cap = f"{p:,.0f} samples/s" if p is not None else "a rate not measured"
