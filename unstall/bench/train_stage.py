@@ -19,7 +19,6 @@ run, ``prep="gpu"`` 2,300-3,900).
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -52,7 +51,9 @@ def stage_check(
     engine cannot be timed here."""
     if not ran:
         return None
-    files = _files(root, batch_size)
+    store = LocalStore(root)
+    dataset = ImageFolder(store, transform=ImagePipeline(image_size))
+    files = [str(store.path(dataset.key(i))) for i in range(min(batch_size, len(dataset)))]
     dev = torch.device(device)
     shape = {"batch_size": batch_size, "batches": BATCHES, "image_size": image_size}
     alone = gpu_prep_rate(files, device=dev, **shape)
@@ -63,8 +64,8 @@ def stage_check(
         locked = gpu_prep_rate(files, device=dev, page_locked=True, **shape)
         out["engine_alone_page_locked_per_s"] = locked["gpu_per_s"] if locked else None
     for key, timing in (
-        ("stage_alone_per_s", lambda: stage_alone(root, dev, batch_size, image_size)),
-        ("loader_alone_per_s", lambda: loader_alone(root, dev, batch_size, image_size, workers)),
+        ("stage_alone_per_s", lambda: stage_alone(dataset, dev, batch_size)),
+        ("loader_alone_per_s", lambda: loader_alone(dataset, dev, batch_size, workers)),
     ):
         try:  # a diagnosis: its failure is said, and never costs the bench its rows
             out[key] = round(timing(), 1)
@@ -82,10 +83,9 @@ def stage_check(
     return out
 
 
-def stage_alone(root: str, device: torch.device, batch_size: int, image_size: int) -> float:
+def stage_alone(dataset: Any, device: torch.device, batch_size: int) -> float:
     """Images/s of the GPU stage as the loader runs it (``prep="gpu"``'s parts behind a
-    `DeviceStage`, one batch ahead), on batches packed here from ``root``, no workers."""
-    dataset = ImageFolder(LocalStore(root), transform=ImagePipeline(image_size))
+    `DeviceStage`, one batch ahead), on batches of ``dataset`` packed here, no workers."""
     parts = stage_parts(dataset, dataset.transform, device, "gpu", batch_size, 1)
     if parts is None:
         return 0.0
@@ -116,11 +116,8 @@ def stage_alone(root: str, device: torch.device, batch_size: int, image_size: in
     return rate
 
 
-def loader_alone(
-    root: str, device: torch.device, batch_size: int, image_size: int, workers: int
-) -> float:
-    """Images/s the loader with ``prep="gpu"`` hands out with nothing else running."""
-    dataset = ImageFolder(LocalStore(root), transform=ImagePipeline(image_size))
+def loader_alone(dataset: Any, device: torch.device, batch_size: int, workers: int) -> float:
+    """Images/s the loader with ``prep="gpu"`` hands out over ``dataset``, nothing else running."""
     loader = DataLoader(
         dataset, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=workers,
         prep="gpu", device=device,
@@ -166,15 +163,3 @@ def said(check: dict[str, Any]) -> str:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _files(root: str, count: int) -> list[str]:
-    """Up to ``count`` JPEGs of the class folders under ``root``, in name order."""
-    found: list[str] = []
-    for folder in sorted(os.scandir(root), key=lambda e: e.name):
-        if folder.is_dir():
-            names = sorted(n for n in os.listdir(folder.path) if n.endswith(".jpg"))
-            found += [os.path.join(folder.path, n) for n in names]
-        if len(found) >= count:
-            break
-    return found[:count]
