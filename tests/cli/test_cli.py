@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -25,6 +26,33 @@ def test_every_subcommand_is_registered_with_help(capsys):
 def test_no_command_prints_help_and_fails(capsys):
     assert main([]) == 2
     assert "COMMAND" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["bench", "--help"], ["index", "--help"], ["cache", "list"], ["run", "--help"]],
+)
+def test_help_and_cache_list_import_no_torch(argv, tmp_path):
+    """The parser, its help and ``cache list`` run in a tenth of a second: importing torch
+    (3 s of CPU) waits for a command that uses it (the benchmarks' and shard formats' tables
+    are read without their modules)."""
+    code = (
+        "import sys\nfrom unstall.cli import main\n"
+        f"try:\n    code = main({argv!r})\nexcept SystemExit as e:\n    code = e.code\n"
+        "assert code == 0, code\nprint(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'torchvision')))\n"
+    )
+    env = {**os.environ, "UNSTALL_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_index_names_the_formats_when_one_is_unknown(tmp_path, capsys):
+    assert main(["index", str(tmp_path), "--format", "nope", "--local-only"]) == 2
+    assert "--format nope: not a shard format (one of tar, mds, parquet)" in capsys.readouterr().err
 
 
 def test_bench_rejects_an_unknown_name(capsys):

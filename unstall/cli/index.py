@@ -14,9 +14,9 @@ import argparse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from unstall.data.shards.registry import FORMATS
+    from unstall.data.shards.registry import KINDS
 
-    kinds = ", ".join(FORMATS)
+    kinds = ", ".join(KINDS)
     p = sub.add_parser(
         "index",
         help=f"index sharded data ({kinds}) ahead of training; keep it beside the shards",
@@ -27,8 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("url", metavar="URL", help="the shards: directory, s3:// prefix or pattern")
     p.add_argument(
-        "--format", choices=list(FORMATS), default=None,
-        help="shard format (default: from the URL's suffix; mds when an index.json is named)",
+        "--format", default=None, metavar="FORMAT",
+        help=f"shard format: {kinds} (default: from the URL's suffix; mds when an index.json "
+        "is named)",
     )  # fmt: skip
     p.add_argument("--endpoint", default=None, help="S3-compatible endpoint URL (http://host:port)")
     p.add_argument(
@@ -49,11 +50,18 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from unstall.data.shards.registry import FORMATS, format_for
+    from unstall.data.shards.registry import format_for, formats
 
     console = Console()
     kind = args.format or format_for(args.url)
-    cls = FORMATS[kind]
+    if kind not in formats():  # checked here: the formats' classes import torch
+        known = ", ".join(formats())
+        Console(stderr=True).print(
+            f"[red]error:[/red] --format {kind}: not a shard format (one of {known})",
+            highlight=False,
+        )
+        return 2
+    cls = formats()[kind]
     options = {"endpoint": args.endpoint} if args.endpoint else {}
     t0 = time.perf_counter()
     try:

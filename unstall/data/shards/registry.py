@@ -1,26 +1,57 @@
 """The shard formats by name: the one table ``unstall index`` (and anything else that picks a
-format for a URL) reads. A new format is a `ShardFormat` module plus its line here."""
+format for a URL) reads. A new format is a `ShardFormat` module plus its line here.
+
+The classes are imported when first used (`formats`, ``FORMATS``): ``unstall --help`` lists
+the kinds (`KINDS`) without importing torch (3 s of CPU before).
+"""
 
 from __future__ import annotations
 
-from unstall.data.shards.dataset import ShardDataset
-from unstall.data.shards.mds import MDSShards
-from unstall.data.shards.parquet import ParquetShards
-from unstall.data.shards.tar import TarShards
+import importlib
+from typing import TYPE_CHECKING, Any
 
-#: Each format's class by its ``kind``.
-FORMATS: dict[str, type[ShardDataset]] = {
-    cls.kind: cls for cls in (TarShards, MDSShards, ParquetShards)
+if TYPE_CHECKING:
+    from unstall.data.shards.dataset import ShardDataset
+
+#: Each format's class (``module:Class``) by its ``kind``.
+HOMES: dict[str, str] = {
+    "tar": "unstall.data.shards.tar:TarShards",
+    "mds": "unstall.data.shards.mds:MDSShards",
+    "parquet": "unstall.data.shards.parquet:ParquetShards",
 }
+#: The formats' names, in `HOMES`' order.
+KINDS: tuple[str, ...] = tuple(HOMES)
 #: The format of a URL whose end names none (a directory, an ``s3://`` prefix).
-DEFAULT = TarShards.kind
+DEFAULT = "tar"
+
+
+def formats() -> dict[str, type[ShardDataset]]:
+    """Each format's class by its ``kind`` (``FORMATS``): imported on the first call, then
+    the same dict (a format added to it is seen by `format_for`)."""
+    table = globals().get("FORMATS")
+    if table is None:
+        table = {}
+        for kind, home in HOMES.items():
+            module, name = home.split(":")
+            cls = getattr(importlib.import_module(module), name)
+            if cls.kind != kind:
+                raise RuntimeError(f"{home} has kind {cls.kind!r}, listed as {kind!r}")
+            table[kind] = cls
+        globals()["FORMATS"] = table
+    return table
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FORMATS":
+        return formats()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def format_for(url: str) -> str:
     """The format a URL names, by the suffix it ends with (a brace pattern's too:
     ``s3://b/train-{000..099}.tar``), else `DEFAULT`."""
     text = url.rstrip("/")
-    for kind, cls in FORMATS.items():
+    for kind, cls in formats().items():
         if text.endswith(cls.suffixes):
             return kind
     return DEFAULT
