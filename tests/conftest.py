@@ -168,6 +168,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timed)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """A failed test on a disk with too little room for the default local-disk tier says so
+    beside its failure: the tier then rightly keeps nothing ("coalesced range GETs", no shard
+    copies), and the shards' and S3 datasets' tests of it fail for want of room, not a bug."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    from unstall.cache import disk_files
+
+    directory = os.environ.get("UNSTALL_CACHE_DIR") or os.path.expanduser("~")
+    free = disk_files.free_bytes(directory)
+    if disk_files.auto_disk_bytes(64 << 20) < 64 << 20:
+        report.sections.append(
+            (
+                "unstall: short of disk",
+                f"{free / 2**30:.1f} GiB free on the disk of {directory}: the default disk "
+                f"tier leaves {disk_files.KEEP_FREE / 2**30:.0f} GiB free, so it keeps no "
+                "copy, and tests of the disk tier fail. Free some disk and run them again.",
+            )
+        )
+
+
 @pytest.fixture(autouse=True)
 def unstall_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     """Disk caches (on by default for s3:// datasets) go to a temporary dir, never ~/.cache."""
