@@ -21,7 +21,7 @@ from unstall.data.shards import (
     TarShards,
 )
 from unstall.data.shards.index import ShardInfo
-from unstall.data.shards.registry import DEFAULT, FORMATS, format_for
+from unstall.data.shards.registry import DEFAULT, format_for, formats
 
 
 class JsonLines(ShardDataset):
@@ -55,8 +55,8 @@ def write_jsonl(root: Path, shards: int, per_shard: int) -> Path:
 
 
 def test_the_table_holds_every_format_by_kind_and_guesses_by_suffix():
-    assert {"tar": TarShards, "mds": MDSShards, "parquet": ParquetShards} == FORMATS
-    assert all(issubclass(cls, ShardFormat) for cls in FORMATS.values())
+    assert {"tar": TarShards, "mds": MDSShards, "parquet": ParquetShards} == formats()
+    assert all(issubclass(cls, ShardFormat) for cls in formats().values())
     assert format_for("s3://b/train-{000000..000099}.tar") == "tar"
     assert format_for("/data/imagenet-mds/index.json") == "mds"
     assert format_for("s3://b/x/shard.00001.mds") == "mds"
@@ -97,7 +97,7 @@ def test_unstall_index_reads_the_table(tmp_path, monkeypatch, capsys):
     from unstall.cli import main
 
     root = write_jsonl(tmp_path / "lines", shards=2, per_shard=5)
-    monkeypatch.setitem(FORMATS, "jsonl", JsonLines)
+    monkeypatch.setitem(formats(), "jsonl", JsonLines)
     assert format_for(f"{root}/part-{{0..1}}.jsonl") == "jsonl"
     assert main(["index", f"{root}/part-{{0..1}}.jsonl", "--local-only"]) == 0
     out = " ".join(capsys.readouterr().out.split())

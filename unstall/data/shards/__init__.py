@@ -4,7 +4,7 @@ Each is map-style (samples by index) with ``fetch``/``prepare`` like
 `unstall.FileDataset`, so `unstall.DataLoader`'s order, resume, caches and
 coordination apply unchanged. See ``ShardDataset`` for the read modes and
 ``order`` for the shuffle modes; ``ShardFormat`` for the hooks a format implements and
-``registry.FORMATS`` for the formats by name.
+``registry.formats()`` for the formats by name.
 
 Names load on first use: the local copies (`shard_files`, which `unstall cache list` reads)
 import without torch.

@@ -39,7 +39,7 @@ from unstall.errors import EmptyDatasetError, SampleError
 
 class ShardDataset(torch.utils.data.Dataset, ShardFormat):
     """Base of the sharded datasets; each subclass is one shard format (`ShardFormat`'s
-    hooks, listed in `registry.FORMATS`).
+    hooks, listed in `registry.formats()`).
 
     Args:
         source: shards: a brace pattern (``s3://b/train-{000..099}.tar``), a list of

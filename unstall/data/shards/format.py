@@ -5,7 +5,7 @@ and how a sample's bytes are read back into fields. Listing, the stored indexes 
 and beside the shards), downloads, read modes, order, resume and caches are the
 dataset's and the same for every format. A format is one module: a `ShardDataset`
 subclass that sets `kind` and `suffixes` and implements `build_index` and `fields`,
-listed in `registry.FORMATS` (``unstall index`` and its ``--format`` read that table).
+listed in `registry.formats()` (``unstall index`` and its ``--format`` read that table).
 The other hooks have defaults a format overrides only when it can do better.
 
 The hooks run on the dataset: ``self.location`` (the shards' store, `Location`),

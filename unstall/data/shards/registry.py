@@ -1,14 +1,15 @@
 """The shard formats by name: the one table ``unstall index`` (and anything else that picks a
 format for a URL) reads. A new format is a `ShardFormat` module plus its line here.
 
-The classes are imported when first used (`formats`, ``FORMATS``): ``unstall --help`` lists
-the kinds (`KINDS`) without importing torch (3 s of CPU before).
+The classes are imported when first used (`formats`): ``unstall --help`` lists the kinds
+(`KINDS`) without importing torch (3 s of CPU before).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from unstall.data.shards.dataset import ShardDataset
@@ -25,26 +26,18 @@ KINDS: tuple[str, ...] = tuple(HOMES)
 DEFAULT = "tar"
 
 
+@functools.cache
 def formats() -> dict[str, type[ShardDataset]]:
-    """Each format's class by its ``kind`` (``FORMATS``): imported on the first call, then
-    the same dict (a format added to it is seen by `format_for`)."""
-    table = globals().get("FORMATS")
-    if table is None:
-        table = {}
-        for kind, home in HOMES.items():
-            module, name = home.split(":")
-            cls = getattr(importlib.import_module(module), name)
-            if cls.kind != kind:
-                raise RuntimeError(f"{home} has kind {cls.kind!r}, listed as {kind!r}")
-            table[kind] = cls
-        globals()["FORMATS"] = table
+    """Each format's class by its ``kind``: imported on the first call, then the same dict
+    (a format added to it is seen by `format_for` and ``unstall index``)."""
+    table: dict[str, type[ShardDataset]] = {}
+    for kind, home in HOMES.items():
+        module, name = home.split(":")
+        cls = getattr(importlib.import_module(module), name)
+        if cls.kind != kind:
+            raise RuntimeError(f"{home} has kind {cls.kind!r}, listed as {kind!r}")
+        table[kind] = cls
     return table
-
-
-def __getattr__(name: str) -> Any:
-    if name == "FORMATS":
-        return formats()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def format_for(url: str) -> str:
