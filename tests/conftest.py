@@ -178,10 +178,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     if not report.failed:
         return
     from unstall.cache import disk_files
+    from unstall.machine import cache_dir
 
-    directory = os.environ.get("UNSTALL_CACHE_DIR") or os.path.expanduser("~")
-    free = disk_files.free_bytes(directory)
-    if disk_files.auto_disk_bytes(64 << 20) < 64 << 20:
+    if disk_files.auto_disk_bytes(64 << 20) < 64 << 20:  # the tier's own room, at cache_dir
+        directory = cache_dir()
+        free = disk_files.free_bytes(directory)
         report.sections.append(
             (
                 "unstall: short of disk",

@@ -54,14 +54,14 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     kind = args.format or format_for(args.url)
-    if kind not in formats():  # checked here: the formats' classes import torch
-        known = ", ".join(formats())
+    table = formats()  # checked here, not by argparse: the formats' classes import torch
+    if kind not in table:
         Console(stderr=True).print(
-            f"[red]error:[/red] --format {kind}: not a shard format (one of {known})",
+            f"[red]error:[/red] --format {kind}: not a shard format (one of {', '.join(table)})",
             highlight=False,
         )
         return 2
-    cls = formats()[kind]
+    cls = table[kind]
     options = {"endpoint": args.endpoint} if args.endpoint else {}
     t0 = time.perf_counter()
     try:

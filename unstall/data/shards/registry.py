@@ -14,14 +14,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from unstall.data.shards.dataset import ShardDataset
 
-#: Each format's class (``module:Class``) by its ``kind``.
-HOMES: dict[str, str] = {
-    "tar": "unstall.data.shards.tar:TarShards",
-    "mds": "unstall.data.shards.mds:MDSShards",
-    "parquet": "unstall.data.shards.parquet:ParquetShards",
-}
-#: The formats' names, in `HOMES`' order.
-KINDS: tuple[str, ...] = tuple(HOMES)
+#: Each format's class, by its ``kind``: a name the package exports (its ``__init__`` says
+#: which module defines it).
+CLASSES: dict[str, str] = {"tar": "TarShards", "mds": "MDSShards", "parquet": "ParquetShards"}
+#: The formats' names, in `CLASSES`' order.
+KINDS: tuple[str, ...] = tuple(CLASSES)
 #: The format of a URL whose end names none (a directory, an ``s3://`` prefix).
 DEFAULT = "tar"
 
@@ -30,12 +27,12 @@ DEFAULT = "tar"
 def formats() -> dict[str, type[ShardDataset]]:
     """Each format's class by its ``kind``: imported on the first call, then the same dict
     (a format added to it is seen by `format_for` and ``unstall index``)."""
+    package = importlib.import_module(__package__)
     table: dict[str, type[ShardDataset]] = {}
-    for kind, home in HOMES.items():
-        module, name = home.split(":")
-        cls = getattr(importlib.import_module(module), name)
+    for kind, name in CLASSES.items():
+        cls = getattr(package, name)
         if cls.kind != kind:
-            raise RuntimeError(f"{home} has kind {cls.kind!r}, listed as {kind!r}")
+            raise RuntimeError(f"{name} has kind {cls.kind!r}, listed as {kind!r}")
         table[kind] = cls
     return table
 
