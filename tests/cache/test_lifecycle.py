@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import time
 
 import pytest
 
@@ -76,6 +77,33 @@ def test_clear_removes_stale_segments_only(make_dataset, shm_namespace, server):
         assert clear_caches() == [stale]
         assert [s["name"] for s in list_caches()] == [f"{shm_namespace}live"]
         assert clear_caches(f"{shm_namespace}live") == []  # in use: kept
+    assert list_caches() == []
+
+
+def test_a_killed_jobs_segment_is_released_first_when_the_kept_limits_are_crossed(
+    make_dataset, monkeypatch, server
+):
+    """A killed job (the OOM killer's SIGKILL) ran no release: its segment has no keep time.
+    It is not left holding RAM for good: the sweep takes it before any kept segment."""
+    from unstall.cache.shm import keep
+
+    killed = make_dataset(N, SIZE, sub="killed")
+    proc, report = start_job(server, killed.store.root, N, 0.5)
+    dead = report["segments"][0]["name"]
+    _kill(proc)
+    kept_ds = make_dataset(N, SIZE, sub="kept")
+    with unstall.Cache(1.0, keep=60) as cache:  # released with a keep time: kept
+        run_epochs(unstall.DataLoader(kept_ds, batch_size=16, cache=cache), 1)
+    idle = {k["name"]: k["abandoned"] for k in keep.idle_segments()}
+    (kept,) = [name for name, abandoned in idle.items() if not abandoned]
+    assert idle == {dead: True, kept: False}
+    assert [k["name"] for k in keep.kept_segments()] == [kept]
+    assert keep.sweep() == []  # within the limits: both stay (the next job may reclaim it)
+    size = {k["name"]: k["size"] for k in keep.idle_segments()}
+    monkeypatch.setenv("UNSTALL_CACHE_KEEP_MAX", str(size[kept] + size[dead] // 2))
+    assert keep.sweep() == [dead]  # over the cap: the killed job's goes, the kept one stays
+    assert [s["name"] for s in list_caches()] == [kept]
+    assert keep.sweep(now=time.time() + 61) == [kept]  # the kept one at its time
     assert list_caches() == []
 
 

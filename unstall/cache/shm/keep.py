@@ -16,6 +16,12 @@ oldest first, by `sweep` (run on every `Cache.bind` and every release):
 and by a small detached process started at each release (`unstall.cache.shm.reaper`), so
 the keep time holds even if no unstall process runs after. `unstall cache list`
 shows them ("kept until ..."), `unstall cache clear` removes them.
+
+A killed job's segment (SIGKILL, the OOM killer: no release ran, `lifecycle.abandoned`) has
+no keep time. The next job of its dataset reclaims it, with its items. Until then it counts
+against the same limits, and the sweep releases such segments first, before any kept one,
+while the limits are crossed. Without that a killed job's segment held its RAM until someone
+ran `unstall cache clear`: the OOM killer's victims are the jobs with the most to leave.
 """
 
 from __future__ import annotations
@@ -75,8 +81,9 @@ def max_kept_bytes() -> int:
     return int(value * total) if isinstance(value, float) else int(value)
 
 
-def kept_segments() -> list[dict[str, Any]]:
-    """This user's kept segments (no live user, a keep time set), oldest first."""
+def idle_segments() -> list[dict[str, Any]]:
+    """This user's segments no live process uses: the kept ones (a keep time set) and killed
+    jobs' (`lifecycle.abandoned`, ``abandoned`` True), oldest first by when they were left."""
     out = []
     for name in segment.list_segment_names():
         path = segment.segment_path(name)
@@ -84,25 +91,36 @@ def kept_segments() -> list[dict[str, Any]]:
         if not isinstance(cache, ShmCache):
             continue
         try:
-            until = int(cache.hdr[H_KEEP_UNTIL]) if cache.valid() else 0
-            if until and not lifecycle.alive_owners(cache):
+            if not cache.valid():
+                continue
+            until = int(cache.hdr[H_KEEP_UNTIL])
+            dead = not until and lifecycle.abandoned(cache)
+            if (until and not lifecycle.alive_owners(cache)) or dead:
                 size = os.fstat(cache.fd).st_blocks * 512
-                out.append(dict(name=name, until=until, left=int(cache.hdr[H_LEFT_AT]), size=size))
+                left = int(cache.hdr[H_LEFT_AT])
+                out.append(dict(name=name, until=until, left=left, size=size, abandoned=dead))
         finally:
             cache.close()
     return sorted(out, key=lambda k: (k["left"], k["name"]))
 
 
+def kept_segments() -> list[dict[str, Any]]:
+    """This user's kept segments (no live user, a keep time set), oldest first."""
+    return [k for k in idle_segments() if not k["abandoned"]]
+
+
 def sweep(*, need_bytes: int = 0, now: float | None = None) -> list[str]:
-    """Release kept segments that expired, then oldest first while over the limits
-    (see the module notes); ``need_bytes``: shared memory wanted for a new segment.
-    Returns the names released."""
+    """Release kept segments that expired, then, while over the limits (see the module
+    notes), killed jobs' segments and then kept ones, oldest first; ``need_bytes``: shared
+    memory wanted for a new segment. Returns the names released."""
     now = time.time() if now is None else now
-    kept = kept_segments()
-    if not kept:
+    idle = idle_segments()
+    if not idle:
         return []
-    released = [k["name"] for k in kept if k["until"] <= now]
-    live = [k for k in kept if k["until"] > now]
+    kept = [k for k in idle if not k["abandoned"]]
+    released = [k for k in kept if k["until"] <= now]
+    # a killed job's segment has no keep time: it goes first when room is wanted
+    live = [k for k in idle if k["abandoned"]] + [k for k in kept if k["until"] > now]
     cap = max_kept_bytes()
     floor = machine.memory_total_bytes() * MIN_AVAILABLE_SHARE
     total = sum(k["size"] for k in live)
@@ -112,14 +130,18 @@ def sweep(*, need_bytes: int = 0, now: float | None = None) -> list[str]:
         available = floor
     while live and (total > cap or available < floor or shm_free < need_bytes):
         oldest = live.pop(0)
-        released.append(oldest["name"])
+        released.append(oldest)
         total -= oldest["size"]
         shm_free += oldest["size"]
         available += oldest["size"]
     return [
-        name
-        for name in released
-        if lifecycle.remove(segment.segment_path(name), kept_only=True)  # a job may have taken it
+        k["name"]
+        for k in released
+        if lifecycle.remove(  # a job may have taken it meanwhile
+            segment.segment_path(k["name"]),
+            kept_only=not k["abandoned"],
+            abandoned_only=k["abandoned"],
+        )
     ]
 
 

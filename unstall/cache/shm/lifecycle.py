@@ -179,6 +179,15 @@ def alive_owners(cache: ShmCache) -> list[int]:
     )
 
 
+def abandoned(cache: ShmCache) -> bool:
+    """A killed job's segment: bound once (an owner's slot is still there: no owner closed it),
+    by owners all dead now (SIGKILL, the OOM killer), and not kept. A segment is published
+    only after its creator's slot is claimed, so one being made is never taken for it."""
+    s = cache.slots
+    owned = bool(np.any((s[:, S_PID] != 0) & (s[:, S_PID] == s[:, S_OWNER])))
+    return owned and not int(cache.hdr[H_KEEP_UNTIL]) and not alive_owners(cache)
+
+
 def _reusable(cache: ShmCache, layout: Layout, fingerprint: str) -> bool:
     """Same dataset and size, and not paged: a dead holder of an evicting (paged) segment's
     lock may have left its page chains torn, so such a segment is replaced."""
@@ -289,25 +298,31 @@ def describe(path: str) -> dict[str, Any] | None:
         cache.close()
 
 
-def remove(path: str, *, force: bool = False, kept_only: bool = False) -> bool:
+def remove(
+    path: str, *, force: bool = False, kept_only: bool = False, abandoned_only: bool = False
+) -> bool:
     """Remove the segment at ``path`` if no live process uses it (or anyway with ``force``);
     True if removed. The one removal of a segment by name (`unstall cache clear`, and
-    `unstall.cache.shm.keep` releasing a kept one with ``kept_only``: only if it is still
-    kept, unused and the same file; a file that is not a segment is left then).
+    `unstall.cache.shm.keep` releasing a kept one with ``kept_only``, or a killed job's with
+    ``abandoned_only``: only if it is still that, unused and the same file; a file that is
+    not a segment is left then).
     """
     cache = map_file(path)
     if cache == "missing":
         return False
     if cache == "foreign":  # not a segment: a truncated file under our prefix
-        if kept_only:
+        if kept_only or abandoned_only:
             return False
         _unlink(path)
         return True
     try:
         with segment.locked(cache.fd):
-            if kept_only:
-                kept = int(cache.hdr[H_KEEP_UNTIL]) != 0
-                if not kept or not segment.still_linked(cache.fd, path) or alive_owners(cache):
+            if kept_only or abandoned_only:
+                if abandoned_only:
+                    still = cache.valid() and abandoned(cache)
+                else:
+                    still = int(cache.hdr[H_KEEP_UNTIL]) != 0 and not alive_owners(cache)
+                if not still or not segment.still_linked(cache.fd, path):
                     return False
             elif cache.valid() and alive_owners(cache) and not force:
                 return False
