@@ -93,11 +93,10 @@ def idle_segments() -> list[dict[str, Any]]:
         try:
             if not cache.valid():
                 continue
-            until = int(cache.hdr[H_KEEP_UNTIL])
-            dead = not until and lifecycle.abandoned(cache)
-            if (until and not lifecycle.alive_owners(cache)) or dead:
+            dead = lifecycle.abandoned(cache)
+            if dead or lifecycle.kept(cache):
                 size = os.fstat(cache.fd).st_blocks * 512
-                left = int(cache.hdr[H_LEFT_AT])
+                until, left = int(cache.hdr[H_KEEP_UNTIL]), int(cache.hdr[H_LEFT_AT])
                 out.append(dict(name=name, until=until, left=left, size=size, abandoned=dead))
         finally:
             cache.close()
@@ -138,9 +137,7 @@ def sweep(*, need_bytes: int = 0, now: float | None = None) -> list[str]:
         k["name"]
         for k in released
         if lifecycle.remove(  # a job may have taken it meanwhile
-            segment.segment_path(k["name"]),
-            kept_only=not k["abandoned"],
-            abandoned_only=k["abandoned"],
+            segment.segment_path(k["name"]), only="abandoned" if k["abandoned"] else "kept"
         )
     ]
 

@@ -179,6 +179,11 @@ def alive_owners(cache: ShmCache) -> list[int]:
     )
 
 
+def kept(cache: ShmCache) -> bool:
+    """A kept segment: its last owner left it with a keep time, and no job has taken it since."""
+    return int(cache.hdr[H_KEEP_UNTIL]) != 0 and not alive_owners(cache)
+
+
 def abandoned(cache: ShmCache) -> bool:
     """A killed job's segment: bound once (an owner's slot is still there: no owner closed it),
     by owners all dead now (SIGKILL, the OOM killer), and not kept. A segment is published
@@ -299,29 +304,26 @@ def describe(path: str) -> dict[str, Any] | None:
 
 
 def remove(
-    path: str, *, force: bool = False, kept_only: bool = False, abandoned_only: bool = False
+    path: str, *, force: bool = False, only: Literal["kept", "abandoned"] | None = None
 ) -> bool:
     """Remove the segment at ``path`` if no live process uses it (or anyway with ``force``);
     True if removed. The one removal of a segment by name (`unstall cache clear`, and
-    `unstall.cache.shm.keep` releasing a kept one with ``kept_only``, or a killed job's with
-    ``abandoned_only``: only if it is still that, unused and the same file; a file that is
-    not a segment is left then).
+    `unstall.cache.shm.keep` releasing a kept one or a killed job's with ``only``: only if
+    it is still that (`kept`, `abandoned`) and the same file; a file that is not a segment
+    is left then).
     """
     cache = map_file(path)
     if cache == "missing":
         return False
     if cache == "foreign":  # not a segment: a truncated file under our prefix
-        if kept_only or abandoned_only:
+        if only:
             return False
         _unlink(path)
         return True
     try:
         with segment.locked(cache.fd):
-            if kept_only or abandoned_only:
-                if abandoned_only:
-                    still = cache.valid() and abandoned(cache)
-                else:
-                    still = int(cache.hdr[H_KEEP_UNTIL]) != 0 and not alive_owners(cache)
+            if only:
+                still = kept(cache) if only == "kept" else cache.valid() and abandoned(cache)
                 if not still or not segment.still_linked(cache.fd, path):
                     return False
             elif cache.valid() and alive_owners(cache) and not force:
