@@ -135,9 +135,17 @@ class DelayProxy:
             ready.set()
             loop.run_forever()
             self._server.close()
-            for client in list(self._clients):  # open keep-alive connections end now
+            clients = list(self._clients)
+            for client in clients:  # open keep-alive connections end now
                 client.abort()
             loop.run_until_complete(asyncio.sleep(0))
+            # a connection to the upstream still being made is cancelled while the loop runs:
+            # left pending, its task was finalized after `loop.close()`, closing its transport
+            # on a closed loop (an unraisable RuntimeError in whatever ran the collector)
+            connecting = [c._connecting for c in clients if not c._connecting.done()]
+            for task in connecting:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*connecting, return_exceptions=True))
             loop.close()
 
         self._loop = loop
