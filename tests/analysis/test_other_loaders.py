@@ -36,10 +36,10 @@ from unstall.analysis.measure.steady import Handout
 from unstall.analysis.recommend.loaders import against_verified, price_loaders, serve_all
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "valid_train.py"
-TRAIN, VAL = 48, 32
+TRAIN, VAL = 96, 32
 OPTIONS = ["--steps", "8", "--warmup", "2", "--min-seconds", "2", "--quick"]
 #: A slow model: the training loop compute-bound, on one core or two.
-SCRIPT_ARGS = ["--epochs", "60", "--step-ms", "300"]
+SCRIPT_ARGS = ["--epochs", "60", "--step-ms", "150"]
 
 
 @pytest.fixture(scope="module")

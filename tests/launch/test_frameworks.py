@@ -48,20 +48,10 @@ def training_row(proc: dict) -> dict:
     return max(proc["loaders"], key=lambda r: r["batches"])
 
 
-def test_lightning_one_device(tmp_path):
-    pytest.importorskip("lightning")
-    doc = run_example(tmp_path, "lightning_train.py")  # 256 samples, batch 32, 2 epochs
-    (proc,) = doc["processes"]
-    assert proc["folded"] == []
-    val, train = proc["loaders"]  # the sanity check's loader is made first
-    assert (train["batches_per_epoch"], train["epochs_completed"]) == ([8, 8], 2)
-    assert (train["batches"], train["samples"]) == (16, 512)
-    assert train["samples_per_s"] == pytest.approx(512 / train["wall_s"], rel=0.01)
-    # validation: the sanity check (2 batches) and one pass per epoch, 64 samples each
-    assert (val["batches_per_epoch"], val["samples"]) == ([2, 2, 2], 192)
-
-
 def test_lightning_ddp_two_cpu_ranks(tmp_path):
+    """Each rank a row, every sample once; its loaders as on one device (the sanity check's
+    first), with the two it replaced folded. (One device, the same loaders less the
+    replaced ones, is analyzed in tests/analysis/test_frameworks.py.)"""
     pytest.importorskip("lightning")
     ids = tmp_path / "ids"
     ids.mkdir()
@@ -72,8 +62,14 @@ def test_lightning_ddp_two_cpu_ranks(tmp_path):
         train = training_row(proc)
         assert (train["batches_per_epoch"], train["epochs_completed"]) == ([4, 4], 2)
         assert (train["batches"], train["samples"]) == (8, 256)
+        assert train["samples_per_s"] == pytest.approx(256 / train["wall_s"], rel=0.01)
         # Lightning re-made the training and validation loaders with a DistributedSampler
         assert [f["why"] for f in proc["folded"]] == ["replaced", "replaced"]
+        # validation, made first: the sanity check (one batch: 32 samples a rank) and one pass
+        # after each epoch
+        val = proc["loaders"][0]
+        assert val is not train
+        assert (val["batches_per_epoch"], val["samples"]) == ([1, 1, 1], 96)
     for epoch in range(2):  # the ranks' samples: disjoint, and every sample once
         seen = [json.loads((ids / f"rank{r}-epoch{epoch}.json").read_text()) for r in (0, 1)]
         assert len(seen[0]) == len(seen[1]) == 128

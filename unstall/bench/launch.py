@@ -36,6 +36,10 @@ TINY = (
 #: The repository's example script (the bench runs from a source checkout).
 SCRIPT = EXAMPLES / "train_min.py"
 
+#: The rows, in order: ``train`` (the headline: `SCRIPT`), ``tiny`` (`TINY`), ``true`` (the
+#: launcher alone) and ``torch`` (the start-up hook in a process that imports torch).
+CASES = ("train", "tiny", "true", "torch")
+
 
 def _timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     """``(wall, cpu)`` seconds of one run; cpu is user + system time of the process and of
@@ -87,24 +91,28 @@ def run(
     repeats: int | None = None,
     script_args: tuple[str, ...] = (),
     fresh_cache: bool = True,
+    cases: tuple[str, ...] = CASES,
 ) -> BenchResult:
-    """``fresh_cache``: compile every module (torch's too) into a fresh folder, filled by a
+    """``cases``: the rows (of `CASES`, ``train`` first: the headline; the tests run two).
+    ``fresh_cache``: compile every module (torch's too) into a fresh folder, filled by a
     warm-up run of each command, as the bench's figures need; False (tests of the bench's
     shape, whose figures are not asserted): the processes use the compiled modules already
     there, as their environment says, and nothing is warmed up (compiling torch again took
     a third of a tiny run)."""
     check_example(SCRIPT, "launch")
+    if cases[:1] != ("train",) or not set(cases) <= set(CASES) or len(set(cases)) < len(cases):
+        raise ValueError(f"cases={cases!r}: train first, then any of {CASES[1:]}")
     repeats = repeats or (5 if quick else 11)
     env = script_env()
     if not fresh_cache:
-        return _measure(env, repeats, console, script_args, warm_up=False)
+        return _measure(env, repeats, console, script_args, cases, warm_up=False)
     # compiled modules cached, as in any install (a checkout with $PYTHONDONTWRITEBYTECODE
     # would compile unstall's sources in every process and measure that instead)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     pycache = tempfile.mkdtemp(prefix="unstall-bench-launch-")
     env["PYTHONPYCACHEPREFIX"] = pycache
     try:
-        return _measure(env, repeats, console, script_args)
+        return _measure(env, repeats, console, script_args, cases)
     finally:
         shutil.rmtree(pycache, ignore_errors=True)
 
@@ -114,6 +122,7 @@ def _measure(
     repeats: int,
     console: Any,
     script_args: tuple[str, ...],
+    cases: tuple[str, ...],
     *,
     warm_up: bool = True,
 ) -> BenchResult:
@@ -125,9 +134,23 @@ def _measure(
     if warm_up:
         _timed(train, env)  # warm-up: the page cache holds torch for both
         _timed([*run_cmd, *tiny], env)  # and unstall's compiled modules are cached
+    hooked = run_env(base=env, root_pid=os.getpid())  # not the root: prints no summary
+    hooked["UNSTALL_RUN_DIR"] = os.path.join(hooked["UNSTALL_RUN_DIR"], "never-made")
+    torch = [py, "-c", "import torch"]
+    # each case: its row's label, its progress lines' name, its plain command and that
+    # command under `unstall run` (``torch``: the same command, the start-up hook set in its
+    # environment)
+    commands = {
+        "train": ("python examples/train_min.py", "train_min.py", train, [*run_cmd, *train]),
+        "tiny": ("a tiny loader script (the fixed cost)", "tiny loader", tiny, [*run_cmd, *tiny]),
+        "true": ("true (the launcher alone)", "true", ["true"], [*run_cmd, "true"]),
+        "torch": ("python -c 'import torch' (start-up hook)", "import torch", torch, torch),
+    }
     rows: list[dict[str, Any]] = []
 
-    def add(case: str, a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    def add(
+        case: str, a: list[tuple[float, float]], b: list[tuple[float, float]]
+    ) -> tuple[float, float]:
         wall_a, wall_b = (statistics.median(w for w, _ in runs) for runs in (a, b))
         cpu_a, cpu_b = (statistics.median(c for _, c in runs) for runs in (a, b))
         rows.append(
@@ -143,17 +166,13 @@ def _measure(
         )
         return wall_a, wall_b
 
-    a, b = _pairs(train, [*run_cmd, *train], repeats, console, "train_min.py", env)
-    plain_s, under_s = add("python examples/train_min.py", a, b)
-    a, b = _pairs(tiny, [*run_cmd, *tiny], repeats, console, "tiny loader", env)
-    add("a tiny loader script (the fixed cost)", a, b)
-    a, b = _pairs(["true"], [*run_cmd, "true"], repeats, console, "true", env)
-    add("true (the launcher alone)", a, b)
-    hooked = run_env(base=env, root_pid=os.getpid())  # not the root: prints no summary
-    hooked["UNSTALL_RUN_DIR"] = os.path.join(hooked["UNSTALL_RUN_DIR"], "never-made")
-    torch_only = [py, "-c", "import torch"]
-    a, b = _pairs(torch_only, torch_only, repeats, console, "import torch", env, hooked)
-    add("python -c 'import torch' (start-up hook)", a, b)
+    walls: dict[str, tuple[float, float]] = {}
+    for case in cases:
+        label, name, plain, under = commands[case]
+        under_env = hooked if case == "torch" else None
+        a, b = _pairs(plain, under, repeats, console, name, env, under_env)
+        walls[case] = add(label, a, b)
+    plain_s, under_s = walls["train"]
     ratio = plain_s / under_s
     return BenchResult(
         name="launch",
