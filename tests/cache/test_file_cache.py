@@ -416,7 +416,9 @@ def epochs_of(loader: unstall.DataLoader, epochs: int) -> list[list[bytes]]:
     return [sorted(raw for batch in loader for raw in batch) for _ in range(epochs)]
 
 
-@pytest.mark.parametrize("workers, context", [(0, None), (2, "spawn")])
+#: one spawned worker, started again each epoch: the hook installed in a process that inherited
+#: nothing (spawned workers sharing one segment: tests/cache/test_sharing.py)
+@pytest.mark.parametrize("workers, context", [(0, None), (1, "spawn")])
 def test_in_process_without_workers_and_with_spawned_ones(tmp_path, workers, context):
     paths = make_files(tmp_path / "data")
     truth = sorted(p.read_bytes() for p in paths)
