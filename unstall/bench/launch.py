@@ -137,14 +137,20 @@ def _measure(
     hooked = run_env(base=env, root_pid=os.getpid())  # not the root: prints no summary
     hooked["UNSTALL_RUN_DIR"] = os.path.join(hooked["UNSTALL_RUN_DIR"], "never-made")
     torch = [py, "-c", "import torch"]
-    # each case: its row's label, its progress lines' name, its plain command and that
-    # command under `unstall run` (``torch``: the same command, the start-up hook set in its
-    # environment)
+    # each case: its row's label, its progress lines' name, its plain command, that command
+    # under `unstall run` and the environment of that side (None: ``env``; ``torch``: the same
+    # command, the start-up hook set in its environment)
     commands = {
-        "train": ("python examples/train_min.py", "train_min.py", train, [*run_cmd, *train]),
-        "tiny": ("a tiny loader script (the fixed cost)", "tiny loader", tiny, [*run_cmd, *tiny]),
-        "true": ("true (the launcher alone)", "true", ["true"], [*run_cmd, "true"]),
-        "torch": ("python -c 'import torch' (start-up hook)", "import torch", torch, torch),
+        "train": ("python examples/train_min.py", "train_min.py", train, [*run_cmd, *train], None),
+        "tiny": (
+            "a tiny loader script (the fixed cost)",
+            "tiny loader",
+            tiny,
+            [*run_cmd, *tiny],
+            None,
+        ),
+        "true": ("true (the launcher alone)", "true", ["true"], [*run_cmd, "true"], None),
+        "torch": ("python -c 'import torch' (start-up hook)", "import torch", torch, torch, hooked),
     }
     rows: list[dict[str, Any]] = []
 
@@ -168,8 +174,7 @@ def _measure(
 
     walls: dict[str, tuple[float, float]] = {}
     for case in cases:
-        label, name, plain, under = commands[case]
-        under_env = hooked if case == "torch" else None
+        label, name, plain, under, under_env = commands[case]
         a, b = _pairs(plain, under, repeats, console, name, env, under_env)
         walls[case] = add(label, a, b)
     plain_s, under_s = walls["train"]
