@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 
 from tests.analysis.conftest import check_model_rate, run_analyze
 from tests.scripts import load_script
+from unstall.analysis.measure.script.runner import measurement_of, short_epochs
 from unstall.analysis.measure.steady import Handout, burst_depth, steady_window
 from unstall.analysis.rates.result import LEAST_CORES
 
@@ -145,11 +146,32 @@ def test_steady_window_skips_each_iterators_burst_and_settles():
             hs.append(Handout(t, 0.0, 4, seg))
     w = steady_window(hs, skip_first=10 + 2, skip_each=10)
     assert w.skipped == 22
+    assert w.iterators == 2
     assert len(w.steps) == (60 - 12 - 1) + (60 - 10 - 1)
     assert all(abs(c - 0.01) < 1e-9 for _, c, _ in w.steps)  # no burst step inside
     # a burst longer than thought: the fast quarter is dropped
     w2 = steady_window(hs[:60], skip_first=2, skip_each=0)
     assert all(c > 0.005 for _, c, _ in w2.steps[1:])
+
+
+def test_short_epochs_say_why_the_window_took_many_of_them():
+    doc = {"batches": 60, "skipped": 42, "iterators": 10, "burst": 4}  # epochs of 6, burst 4
+    note = short_epochs(doc)
+    assert note is not None
+    assert "60 batches over 10 iterators (about 6 an epoch) and 42 of them" in note
+    assert "start-up burst of 4" in note and "gathered over 10 epochs" in note
+    assert short_epochs({**doc, "skipped": 29}) is None  # under half: nothing to explain
+    assert short_epochs({**doc, "iterators": 1}) is None  # one pass: its burst is all
+    assert short_epochs({"batches": 0, "skipped": 0}) is None  # an old document
+
+
+def test_epochs_no_longer_than_their_burst_are_told_more_epochs_cannot_help():
+    short = {"steps": [], "batches": 90, "skipped": 90, "iterators": 30, "burst": 4}
+    with pytest.raises(ValueError, match=r"30 epochs of about 3.*more epochs will not help"):
+        measurement_of(["train.py"], {"cold": short}, {}, [])
+    long_ones = {**short, "batches": 9, "iterators": 1, "skipped": 9}  # one pass: run more
+    with pytest.raises(ValueError, match=r"first 9 were the start-up burst.*more epochs"):
+        measurement_of(["train.py"], {"cold": long_ones}, {}, [])
 
 
 def test_burst_depth_is_workers_times_prefetch():

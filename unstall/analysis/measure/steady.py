@@ -49,7 +49,8 @@ class Window:
     workers_runq_s: float = 0.0
     loop_runq_s: float = 0.0
     receive_cpu_s: float = 0.0  # the loader's ``__next__``: the receive of each step's batch
-    skipped: int = 0
+    skipped: int = 0  # batches left out: each iterator's burst, the first one's warm-up
+    iterators: int = 0  # the iterators (epochs, passes) the hand-outs came from
 
     @property
     def wall_s(self) -> float:
@@ -84,6 +85,7 @@ def steady_window(handouts: list[Handout], *, skip_first: int, skip_each: int) -
     segs: dict[int, list[Handout]] = {}
     for h in handouts:
         segs.setdefault(h.seg, []).append(h)
+    out.iterators = len(segs)
     first = True
     for seg in segs.values():
         skip = skip_first if first else skip_each

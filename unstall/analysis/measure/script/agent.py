@@ -276,6 +276,7 @@ class Agent:
             "start": window.bounds[0][0] if window.bounds else 0.0,
             "window_s": round(window.wall_s, 6),
             "skipped": window.skipped,
+            "iterators": window.iterators,
             "burst": watch.burst,
             "batches": len(watch.handed),
             "main_cpu_s": window.main_cpu_s,

@@ -214,6 +214,9 @@ def measurement_of(
             f"--quick: no separate cached run ({docs['cached']['reused']}): the cold run "
             "stands for both"
         )
+    short = short_epochs(cold)
+    if short:
+        notes.append(short)
     for mode, doc in docs.items():
         if not doc.get("complete", True):
             notes.append(
@@ -251,9 +254,36 @@ def measurement_of(
     )
 
 
-def _too_short(mode: str, doc: dict[str, Any]) -> str:
+def short_epochs(doc: dict[str, Any]) -> str | None:
+    """Why a run over short epochs took long to measure, or None: each iterator's start-up
+    burst is never timed, so where the bursts were half or more of what the loader handed
+    out, the window was gathered over that many epochs (the figures hold; the wait has a cause)."""
+    batches, skipped = int(doc.get("batches") or 0), int(doc.get("skipped") or 0)
+    iterators = int(doc.get("iterators") or 0)
+    if iterators < 2 or not batches or 2 * skipped < batches:
+        return None
     return (
-        f"the {mode} run was too short to measure: its loader handed out {doc['batches']} "
+        f"short epochs: the measured loader handed out {batches} batches over {iterators} "
+        f"iterators (about {batches / iterators:.0f} an epoch) and {skipped} of them, each "
+        f"iterator's start-up burst of {doc.get('burst', 0)} and the warm-up, are never timed; "
+        f"the window was gathered over {iterators} epochs (longer ones measure sooner)"
+    )
+
+
+def _too_short(mode: str, doc: dict[str, Any]) -> str:
+    batches, burst = int(doc["batches"]), int(doc.get("burst") or 0)
+    iterators = int(doc.get("iterators") or 0)
+    if iterators >= 2 and burst and batches / iterators < burst + 2:
+        return (  # no epoch is longer than its burst: more of them cannot help
+            f"the {mode} run was too short to measure: its loader handed out {batches} "
+            f"batches in {iterators} epochs of about {batches / iterators:.0f}, and each "
+            f"epoch's first {burst} (its workers' start-up burst) are never timed, so an "
+            f"epoch gives steady steps only from {burst + 2} batches on: more epochs will "
+            "not help; measure with more batches an epoch (a larger dataset or a smaller "
+            "batch size) or fewer workers"
+        )
+    return (
+        f"the {mode} run was too short to measure: its loader handed out {batches} "
         f"batches, of which the first {doc['skipped']} were the start-up burst and warm-up "
         "(a figure from them would be the burst's, not the job's); run more batches "
         "(a larger dataset or more epochs) or lower --warmup"
