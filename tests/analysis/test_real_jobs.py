@@ -169,6 +169,9 @@ def test_epochs_no_longer_than_their_burst_are_told_more_epochs_cannot_help():
     short = {"steps": [], "batches": 90, "skipped": 90, "iterators": 30, "burst": 4}
     with pytest.raises(ValueError, match=r"30 epochs of about 3.*more epochs will not help"):
         measurement_of(["train.py"], {"cold": short}, {}, [])
+    switched = {**short, "batches": 30, "skipped": 2, "skip_each": 0}  # after a switch
+    with pytest.raises(ValueError, match=r"first 2 were the start-up burst.*more epochs"):
+        measurement_of(["train.py"], {"cold": switched}, {}, [])  # epochs of 1: no burst to blame
     long_ones = {**short, "batches": 9, "iterators": 1, "skipped": 9}  # one pass: run more
     with pytest.raises(ValueError, match=r"first 9 were the start-up burst.*more epochs"):
         measurement_of(["train.py"], {"cold": long_ones}, {}, [])

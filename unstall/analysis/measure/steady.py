@@ -16,6 +16,8 @@ from typing import Any
 
 #: Drop the window's first quarter while its steps are this much faster than the rest's.
 SETTLE_RATIO = 0.7
+#: Batches an iterator must keep past its skipped ones to give a step (a step spans two).
+LEAST_KEPT = 2
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def steady_window(handouts: list[Handout], *, skip_first: int, skip_each: int) -
         first = False
         kept = seg[skip:]
         out.skipped += min(skip, len(seg))
-        if len(kept) < 2:
+        if len(kept) < LEAST_KEPT:
             continue
         pairs = list(itertools.pairwise(kept))
         pairs = _settled(pairs)

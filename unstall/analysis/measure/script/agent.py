@@ -278,6 +278,7 @@ class Agent:
             "skipped": window.skipped,
             "iterators": window.iterators,
             "burst": watch.burst,
+            "skip_each": self._skips(watch)[1],  # each iterator's after the first: 0 after a switch
             "batches": len(watch.handed),
             "main_cpu_s": window.main_cpu_s,
             "passthrough": bool(getattr(loader, "passthrough", False)),

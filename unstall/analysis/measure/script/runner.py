@@ -23,6 +23,7 @@ from typing import Any
 from unstall.analysis.measure.machine import read_machine
 from unstall.analysis.measure.result import Measurement, Run
 from unstall.analysis.measure.script.hang import run_script
+from unstall.analysis.measure.steady import LEAST_KEPT
 
 #: Seconds one run of the script may take before it is stopped.
 RUN_TIMEOUT_S = 600
@@ -271,14 +272,14 @@ def short_epochs(doc: dict[str, Any]) -> str | None:
 
 
 def _too_short(mode: str, doc: dict[str, Any]) -> str:
-    batches, burst = int(doc["batches"]), int(doc.get("burst") or 0)
-    iterators = int(doc.get("iterators") or 0)
-    if iterators >= 2 and burst and batches / iterators < burst + 2:
+    batches, iterators = int(doc["batches"]), int(doc.get("iterators") or 0)
+    each = int(doc.get("skip_each", doc.get("burst")) or 0)  # what each epoch's burst left out
+    if iterators >= 2 and each and batches / iterators < each + LEAST_KEPT:
         return (  # no epoch is longer than its burst: more of them cannot help
             f"the {mode} run was too short to measure: its loader handed out {batches} "
             f"batches in {iterators} epochs of about {batches / iterators:.0f}, and each "
-            f"epoch's first {burst} (its workers' start-up burst) are never timed, so an "
-            f"epoch gives steady steps only from {burst + 2} batches on: more epochs will "
+            f"epoch's first {each} (its workers' start-up burst) are never timed, so an "
+            f"epoch gives steady steps only from {each + LEAST_KEPT} batches on: more epochs will "
             "not help; measure with more batches an epoch (a larger dataset or a smaller "
             "batch size) or fewer workers"
         )
