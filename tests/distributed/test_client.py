@@ -65,6 +65,38 @@ def test_a_worker_of_a_parent_that_used_obstore_reads_storage_at_once(server):
     assert got == [None] * len(ITEMS) and took < 0.5
 
 
+def test_a_peer_slowed_for_longer_than_a_second_is_waited_for_within_timeout_s():
+    """A TLS handshake the peer's server thread answers late (its node busy for 1.5 s) is
+    within the request's limit: the item comes from the peer, which is not skipped. A 1 s
+    connect limit under the user's ``timeout_s`` failed it (four nodes under CI's load read
+    25 items of a node again from storage)."""
+    srv = PeerServer("127.0.0.3", "tok", certificate=CERT)
+    srv.start()
+    srv.register("fp", ItemsLayer(ITEMS), ITEMS)
+
+    def run():
+        client = PeerClient(
+            {0: "127.0.0.2:9", 1: f"127.0.0.3:{srv.port}"},
+            "tok",
+            timeout_s=5.0,
+            skip_s=None,
+            fingerprint="fp",
+            node=0,
+            generation=lambda: 0,
+            certificates={1: CERT.cert_pem},
+        )
+        first, took = _timed_get(client)
+        return first, took, client.usable(1)
+
+    try:
+        srv._loop.call_soon_threadsafe(time.sleep, 1.5)  # the server's thread, stalled
+        got, took, usable = _forked(run)
+    finally:
+        srv.stop()
+    assert got == ITEMS and usable
+    assert 1.2 < took < 5.0
+
+
 def test_a_failed_peer_is_skipped_until_the_next_epoch(server):
     def run():
         generation = [0]

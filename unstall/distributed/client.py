@@ -52,9 +52,13 @@ class PeerClient:
         self.addresses, self.timeout_s, self.skip_s = addresses, timeout_s, skip_s
         self._generation = generation
         t = timeout_s
+        # the connection's limit is the request's: over TLS (the default) the connect phase
+        # includes the handshake, answered by the peer's server thread, and a node slowed
+        # for a second by its own work was taken for lost under a 1 s cap (its items then
+        # read from storage twice), whatever `timeout_s` the user gave
         options = {
             "timeout": timedelta(seconds=t),
-            "connect_timeout": timedelta(seconds=min(t, 1.0)),
+            "connect_timeout": timedelta(seconds=t),
             "default_headers": {"authorization": f"Bearer {token}"},
         }
         retry = {"max_retries": 0, "retry_timeout": timedelta(seconds=t)}

@@ -30,7 +30,8 @@ class Peers:
     """How a `Cache` finds the other nodes: torchrun's environment, or explicit addresses.
 
     Args:
-        timeout_s: per-request limit toward a peer [Unit: second]; no retries.
+        timeout_s: per-request limit toward a peer, connecting and the TLS handshake
+            included [Unit: second]; no retries.
         skip_s: how long a peer that failed is skipped [Unit: second]; None (the
             default): until the loader's next epoch, where it rejoins.
         store_timeout_s: how long to wait for every node to publish its address.
