@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -28,11 +29,11 @@ def server():
     srv.stop()
 
 
-def _client(address: str, generation=lambda: 0) -> PeerClient:
+def _client(address: str, generation=lambda: 0, timeout_s: float = 1.0) -> PeerClient:
     return PeerClient(
         {0: "127.0.0.2:9", 1: address},
         "tok",
-        timeout_s=1.0,
+        timeout_s=timeout_s,
         skip_s=None,
         fingerprint="fp",
         node=0,
@@ -70,8 +71,6 @@ def test_a_peer_slowed_for_longer_than_a_second_is_waited_for_within_timeout_s()
     within the request's limit: the item comes from the peer, which is not skipped. A 1 s
     connect limit under the user's ``timeout_s`` failed it (four nodes under CI's load read
     25 items of a node again from storage)."""
-    import threading
-
     srv = PeerServer("127.0.0.3", "tok", certificate=CERT)
     srv.start()
     srv.register("fp", ItemsLayer(ITEMS), ITEMS)
@@ -84,16 +83,7 @@ def test_a_peer_slowed_for_longer_than_a_second_is_waited_for_within_timeout_s()
         time.sleep(stall_s)
 
     def run():
-        client = PeerClient(
-            {0: "127.0.0.2:9", 1: f"127.0.0.3:{srv.port}"},
-            "tok",
-            timeout_s=6.0,
-            skip_s=None,
-            fingerprint="fp",
-            node=0,
-            generation=lambda: 0,
-            certificates={1: CERT.cert_pem},
-        )
+        client = _client(f"127.0.0.3:{srv.port}", timeout_s=6.0)
         start = time.monotonic()  # CLOCK_MONOTONIC: the same clock in parent and child
         got, _ = _timed_get(client)
         return got, start, client.usable(1)

@@ -266,14 +266,20 @@ def short_epochs(doc: dict[str, Any]) -> str | None:
     return (
         f"short epochs: the measured loader handed out {batches} batches over {iterators} "
         f"iterators (about {batches / iterators:.0f} an epoch) and {skipped} of them, each "
-        f"iterator's start-up burst of {doc.get('burst', 0)} and the warm-up, are never timed; "
+        f"iterator's start-up burst of {_burst_each(doc)} and the warm-up, are never timed; "
         f"the window was gathered over {iterators} epochs (longer ones measure sooner)"
     )
 
 
+def _burst_each(doc: dict[str, Any]) -> int:
+    """Batches each iterator after the first left untimed: its burst, 0 after a switch (the
+    agent's ``skip_each``; a document older than it: the burst)."""
+    return int(doc.get("skip_each", doc.get("burst")) or 0)
+
+
 def _too_short(mode: str, doc: dict[str, Any]) -> str:
     batches, iterators = int(doc["batches"]), int(doc.get("iterators") or 0)
-    each = int(doc.get("skip_each", doc.get("burst")) or 0)  # what each epoch's burst left out
+    each = _burst_each(doc)
     if iterators >= 2 and each and batches / iterators < each + LEAST_KEPT:
         return (  # no epoch is longer than its burst: more of them cannot help
             f"the {mode} run was too short to measure: its loader handed out {batches} "
